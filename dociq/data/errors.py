@@ -1,0 +1,121 @@
+"""Bad input: one error type that names the file, what is wrong and the fix, plus the skip policy.
+
+Every reader in `dociq.data` raises `BadSampleError` for a page it cannot use. Data sets take
+`on_bad_sample="raise"|"skip"`; with "skip", `BadSamplePolicy.run` turns the error into `None`
+(the collator drops `None` and counts it), logs one warning per page and records it in
+`policy.bad_samples` so a caller in the same process can list what was skipped.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import numpy as np
+
+log = logging.getLogger("dociq.data")
+
+ON_BAD_SAMPLE = ("raise", "skip")
+
+# Boxes may overshoot the page by this fraction of its width/height (rounding in exporters,
+# anti-aliased polygon edges) and are clipped; anything further out is an annotation error.
+BOX_OVERSHOOT_TOLERANCE = 0.01
+
+T = TypeVar("T")
+
+
+class BadSampleError(ValueError):
+    """A page that cannot be used. `str(err)` reads "<path>: <reason>. Fix: <fix>"."""
+
+    def __init__(self, path: str | Path, reason: str, fix: str):
+        self.path = str(path)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{self.path}: {reason}. Fix: {fix}")
+
+    def __reduce__(self):  # keep it picklable across DataLoader worker processes
+        return (type(self), (self.path, self.reason, self.fix))
+
+
+@dataclass(frozen=True)
+class BadSample:
+    """A skipped page: its index in the data set, the offending file and the reason."""
+
+    index: int | None
+    path: str
+    reason: str
+
+
+def check_on_bad_sample(value: str) -> str:
+    if value not in ON_BAD_SAMPLE:
+        raise ValueError(
+            f"on_bad_sample={value!r} is not one of {ON_BAD_SAMPLE}. Fix: pass 'raise' to stop on "
+            "the first bad page or 'skip' to drop bad pages and log them"
+        )
+    return value
+
+
+class BadSamplePolicy:
+    """Applies `on_bad_sample` to page loads and keeps the list of skipped pages."""
+
+    def __init__(self, on_bad_sample: str = "raise"):
+        self.mode = check_on_bad_sample(on_bad_sample)
+        self._seen: dict[int | None, BadSample] = {}
+        self._unindexed: list[BadSample] = []
+
+    @property
+    def bad_samples(self) -> list[BadSample]:
+        return [*self._unindexed, *self._seen.values()]
+
+    def record(self, index: int | None, err: BadSampleError) -> None:
+        """Log and remember a bad page once (epochs re-read the same pages)."""
+        sample = BadSample(index, err.path, err.reason)
+        if index is None:
+            self._unindexed.append(sample)
+        elif index in self._seen:
+            return
+        else:
+            self._seen[index] = sample
+        log.warning("skipping bad sample %s (index %s): %s", err.path, index, err.reason)
+
+    def run(self, index: int | None, load: Callable[[], T]) -> T | None:
+        """`load()`; on `BadSampleError` re-raise ("raise") or record it and return None ("skip")."""
+        try:
+            return load()
+        except BadSampleError as err:
+            if self.mode == "raise":
+                raise
+            self.record(index, err)
+            return None
+
+
+def check_box_in_page(
+    box, size: tuple[int, int], path: str | Path, what: str,
+    tolerance: float = BOX_OVERSHOOT_TOLERANCE,
+) -> np.ndarray:
+    """Return box x0,y0,x1,y1 clipped to the page; raise if it lies further out than `tolerance`.
+
+    `what` names the box in the error ("annotation id 7", "word 3 'Total'").
+    """
+    h, w = size
+    b = np.asarray(box, dtype=np.float64).reshape(-1)
+    fix_tail = "correct the annotation, or pass on_bad_sample='skip' to drop the page"
+    if b.shape != (4,) or not np.all(np.isfinite(b)):
+        raise BadSampleError(path, f"{what} has an invalid box {b.tolist()}", fix_tail)
+    x0, y0, x1, y1 = b
+    if x1 < x0 or y1 < y0:
+        raise BadSampleError(
+            path, f"{what} has a box with negative size x0,y0,x1,y1={b.round(2).tolist()}", fix_tail
+        )
+    tx, ty = tolerance * w, tolerance * h
+    if x0 < -tx or y0 < -ty or x1 > w + tx or y1 > h + ty:
+        raise BadSampleError(
+            path,
+            f"{what} has box x0,y0,x1,y1={b.round(2).tolist()} outside the {w}x{h} page "
+            f"(more than {tolerance:.0%} overshoot)",
+            "check that the annotation belongs to this image and uses pixel coordinates of the "
+            "stored image; " + fix_tail,
+        )
+    return np.array([min(max(x0, 0), w), min(max(y0, 0), h), min(max(x1, 0), w), min(max(y1, 0), h)],
+                    dtype=np.float32)

@@ -1,0 +1,186 @@
+"""Odd and broken page images: every Pillow mode becomes uint8 RGB with the right pixel values,
+and unreadable files raise a BadSampleError that names the file and the fix."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dociq.data.errors import BadSampleError, BadSamplePolicy, check_box_in_page
+from dociq.data.image_io import load_page_image, load_page_image_bytes
+
+
+def _save(img: Image.Image, path, **kw):
+    img.save(path, **kw)
+    return path
+
+
+def test_rgb_png_is_returned_unchanged(tmp_path):
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 256, (12, 17, 3), dtype=np.uint8)
+    out = load_page_image(_save(Image.fromarray(arr), tmp_path / "p.png"))
+    assert out.dtype == np.uint8 and out.shape == (12, 17, 3)
+    np.testing.assert_array_equal(out, arr)
+
+
+def test_grayscale_page_becomes_three_equal_channels(tmp_path):
+    arr = np.array([[0, 37, 255]], dtype=np.uint8).repeat(4, 0)
+    out = load_page_image(_save(Image.fromarray(arr, "L"), tmp_path / "g.png"))
+    assert out.shape == (4, 3, 3)
+    np.testing.assert_array_equal(out[..., 0], arr)
+    np.testing.assert_array_equal(out[..., 1], arr)
+    np.testing.assert_array_equal(out[..., 2], arr)
+
+
+def test_one_bit_page_is_black_and_white(tmp_path):
+    img = Image.new("1", (8, 4), 1)  # white
+    img.putpixel((2, 1), 0)
+    out = load_page_image(_save(img, tmp_path / "b.png"))
+    assert out[1, 2].tolist() == [0, 0, 0]
+    assert out[0, 0].tolist() == [255, 255, 255]
+
+
+def test_palette_page_maps_through_palette(tmp_path):
+    img = Image.new("P", (5, 5), 0)
+    img.putpalette([255, 255, 255, 200, 10, 30] + [0] * (256 * 3 - 6))
+    img.putpixel((3, 2), 1)
+    out = load_page_image(_save(img, tmp_path / "p.png"))
+    assert out[2, 3].tolist() == [200, 10, 30]
+    assert out[0, 0].tolist() == [255, 255, 255]
+
+
+def test_palette_transparent_index_is_white_paper(tmp_path):
+    img = Image.new("P", (4, 4), 0)
+    img.putpalette([0, 0, 0, 10, 20, 30] + [0] * (256 * 3 - 6))
+    img.putpixel((1, 1), 1)
+    out = load_page_image(_save(img, tmp_path / "pt.png", transparency=0))
+    assert out[0, 0].tolist() == [255, 255, 255]  # index 0 is black but transparent
+    assert out[1, 1].tolist() == [10, 20, 30]
+
+
+def test_rgba_composites_on_white(tmp_path):
+    arr = np.zeros((2, 3, 4), dtype=np.uint8)
+    arr[0, 0] = (0, 0, 0, 0)          # fully transparent black -> white paper
+    arr[0, 1] = (200, 0, 0, 255)      # opaque red stays red
+    arr[0, 2] = (0, 0, 0, 128)        # half-transparent black -> mid grey
+    out = load_page_image(_save(Image.fromarray(arr, "RGBA"), tmp_path / "a.png"))
+    assert out[0, 0].tolist() == [255, 255, 255]
+    assert out[0, 1].tolist() == [200, 0, 0]
+    assert all(abs(v - 127) <= 1 for v in out[0, 2].tolist())
+
+
+def test_la_composites_on_white(tmp_path):
+    arr = np.array([[[0, 0], [50, 255]]], dtype=np.uint8)
+    out = load_page_image(_save(Image.fromarray(arr, "LA"), tmp_path / "la.png"))
+    assert out[0, 0].tolist() == [255, 255, 255]
+    assert out[0, 1].tolist() == [50, 50, 50]
+
+
+def test_cmyk_converts_to_rgb(tmp_path):
+    img = Image.new("CMYK", (3, 1))
+    img.putpixel((0, 0), (0, 0, 0, 0))       # no ink: white
+    img.putpixel((1, 0), (0, 0, 0, 255))     # full black
+    img.putpixel((2, 0), (255, 0, 0, 0))     # cyan
+    out = load_page_image(_save(img, tmp_path / "c.tif"))
+    assert out[0, 0].tolist() == [255, 255, 255]
+    assert out[0, 1].tolist() == [0, 0, 0]
+    assert out[0, 2].tolist() == [0, 255, 255]
+
+
+def test_16bit_page_is_rescaled_by_range_not_clipped(tmp_path):
+    arr = np.array([[0, 1000, 32896, 65535]], dtype=np.uint16)
+    img = Image.fromarray(arr)  # Pillow picks a 16-bit grey mode
+    assert img.mode.startswith("I;16")
+    out = load_page_image(_save(img, tmp_path / "d.png"))
+    assert out[0, :, 0].tolist() == [0, 4, 128, 255]  # clipping would give [0, 255, 255, 255]
+    assert out.dtype == np.uint8
+
+
+def test_32bit_int_page_uses_its_value_range(tmp_path):
+    arr = np.array([[0, 30000, 60000]], dtype=np.int32)
+    out = load_page_image(_save(Image.fromarray(arr, "I"), tmp_path / "i.tif"))
+    assert out[0, :, 0].tolist() == [0, 117, 233]  # 16-bit range: v * 255 / 65535
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    arr = np.full((2, 4, 3), 255, dtype=np.uint8)
+    arr[0, 0] = (255, 0, 0)  # red at the top-left of the stored pixels
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    out = load_page_image(_save(Image.fromarray(arr), tmp_path / "o.png", exif=exif))
+    assert out.shape == (4, 2, 3)  # portrait after rotation
+    assert out[0, 1].tolist() == [255, 0, 0]  # top-left moves to the top-right
+
+
+def test_missing_file_names_the_file_and_fix(tmp_path):
+    path = tmp_path / "nope.png"
+    with pytest.raises(BadSampleError) as info:
+        load_page_image(path)
+    msg = str(info.value)
+    assert str(path) in msg and "not found" in msg and "Fix:" in msg
+    assert info.value.path == str(path)
+
+
+def test_non_image_file_is_rejected(tmp_path):
+    path = tmp_path / "notes.png"
+    path.write_text("this is not an image")
+    with pytest.raises(BadSampleError, match="not an image") as info:
+        load_page_image(path)
+    assert str(path) in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_truncated_png_is_rejected(tmp_path):
+    full = tmp_path / "full.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(full)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(BadSampleError, match="truncated or corrupt") as info:
+        load_page_image(cut)
+    assert str(cut) in str(info.value)
+
+
+def test_truncated_jpeg_is_rejected(tmp_path):
+    full = tmp_path / "full.jpg"
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(full)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(full.read_bytes()[:400])
+    with pytest.raises(BadSampleError) as info:
+        load_page_image(cut)
+    assert str(cut) in str(info.value)
+
+
+def test_bytes_loader_names_the_upload():
+    with pytest.raises(BadSampleError, match="upload.png"):
+        load_page_image_bytes(b"garbage", name="upload.png")
+
+
+def test_box_overshoot_within_one_percent_is_clipped():
+    box = check_box_in_page([-0.5, 2, 100.9, 50], (50, 100), "f.json", "annotation id 1")
+    np.testing.assert_allclose(box, [0, 2, 100, 50])
+
+
+def test_box_far_outside_names_file_annotation_and_box():
+    with pytest.raises(BadSampleError) as info:
+        check_box_in_page([10, 10, 150, 40], (50, 100), "f.json", "annotation id 7")
+    msg = str(info.value)
+    assert "f.json" in msg and "annotation id 7" in msg and "150.0" in msg and "outside" in msg
+
+
+def test_policy_skip_records_once_and_warns(caplog):
+    policy = BadSamplePolicy("skip")
+
+    def bad():
+        raise BadSampleError("x.png", "broken", "fix it")
+
+    with caplog.at_level(logging.WARNING, logger="dociq.data"):
+        assert policy.run(3, bad) is None
+        assert policy.run(3, bad) is None  # second epoch: not recorded or logged twice
+    assert [(b.index, b.path, b.reason) for b in policy.bad_samples] == [(3, "x.png", "broken")]
+    assert sum("x.png" in r.getMessage() and "broken" in r.getMessage() for r in caplog.records) == 1
+    assert BadSamplePolicy("raise").run(0, lambda: 5) == 5
+    with pytest.raises(BadSampleError):
+        BadSamplePolicy("raise").run(0, bad)
+    with pytest.raises(ValueError, match="on_bad_sample"):
+        BadSamplePolicy("ignore")
