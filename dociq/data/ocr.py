@@ -1,0 +1,348 @@
+"""OCR backends: words with boxes in page pixels, from the annotation, a PDF text layer or tesseract.
+
+- `groundtruth`: the words stored with the annotation (data sets read them; no backend object).
+- `PdfTextLayer`: the text layer of a born-digital PDF (pypdfium2), boxes in pixels of the page
+  rendered at `dpi`; it renders the page image too, so image and words always agree.
+- `TesseractOCR`: pytesseract `image_to_data` over Debian's `tesseract-ocr`, words with
+  confidence above `min_conf`.
+
+Results are cached per page on disk (`OcrCache`): the key is the content hash of the image or
+PDF page plus the backend name and its settings, the value a JSON file written atomically.
+A custom backend is any object with `name`, `settings()` and `recognise(image) -> OcrWords`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from dociq.data.errors import BadSampleError
+
+OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
+
+
+@dataclass
+class OcrWords:
+    """Words in reading order; `boxes` float32 [N, 4] x0,y0,x1,y1 in pixels of a page of `size` (H, W)."""
+
+    words: list[str]
+    boxes: np.ndarray
+    size: tuple[int, int]
+    confidences: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    def __post_init__(self):
+        self.boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+        if len(self.confidences) != len(self.words):
+            self.confidences = np.full(len(self.words), 100.0, np.float32)
+        self.confidences = np.asarray(self.confidences, dtype=np.float32)
+        self.size = (int(self.size[0]), int(self.size[1]))
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def scaled_to(self, size: tuple[int, int]) -> "OcrWords":
+        """The same words with boxes mapped onto a page of pixel size (H, W)."""
+        sy, sx = size[0] / self.size[0], size[1] / self.size[1]
+        scale = np.array([sx, sy, sx, sy], dtype=np.float32)
+        return OcrWords(list(self.words), self.boxes * scale, size, self.confidences.copy())
+
+    def to_json(self) -> dict:
+        return {
+            "size": list(self.size),
+            "words": list(self.words),
+            "boxes": [[float(v) for v in b] for b in self.boxes],
+            "confidences": [float(c) for c in self.confidences],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "OcrWords":
+        return cls(d["words"], np.array(d["boxes"], np.float32).reshape(-1, 4), tuple(d["size"]),
+                   np.array(d["confidences"], np.float32))
+
+
+@runtime_checkable
+class OcrBackend(Protocol):
+    """What `CocoDocuments(ocr=...)` / `FunsdDocuments(ocr=...)` accept besides a name."""
+
+    name: str
+
+    def settings(self) -> dict: ...
+
+    def recognise(self, image: np.ndarray) -> OcrWords: ...
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory + os.replace: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class OcrCache:
+    """One JSON file per (content, backend, settings) under `root`."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @staticmethod
+    def key(content_hash: str, backend: str, settings: dict) -> str:
+        blob = json.dumps({"content": content_hash, "backend": backend, "settings": settings},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get_or_compute(self, key: str, compute: Callable[[], OcrWords]) -> OcrWords:
+        path = self.path(key)
+        if path.is_file():
+            try:
+                return OcrWords.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, KeyError, TypeError):
+                pass  # an unreadable cache entry is recomputed and overwritten
+        result = compute()
+        atomic_write_text(path, json.dumps(result.to_json()))
+        return result
+
+
+def image_hash(image: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(repr((image.shape, str(image.dtype))).encode())
+    h.update(np.ascontiguousarray(image).tobytes())
+    return h.hexdigest()
+
+
+def _as_cache(cache: OcrCache | str | Path | None) -> OcrCache | None:
+    if cache is None or isinstance(cache, OcrCache):
+        return cache
+    return OcrCache(cache)
+
+
+class TesseractOCR:
+    """Tesseract via pytesseract; words with confidence > `min_conf` (0..100)."""
+
+    name = "tesseract"
+
+    def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = 50.0,
+                 cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None):
+        import pytesseract
+
+        self._pytesseract = pytesseract
+        self.lang, self.psm, self.min_conf = lang, int(psm), float(min_conf)
+        self.cache = _as_cache(cache)
+        cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
+        if shutil.which(cmd) is None:
+            raise RuntimeError(
+                f"the tesseract binary ({cmd!r}) is not installed or not on PATH. Fix: install the "
+                "Debian package tesseract-ocr (`sudo apt-get install -y tesseract-ocr`), pass "
+                "tesseract_cmd=<path>, or use ocr='groundtruth' / ocr='pdf'"
+            )
+        self.tesseract_cmd = cmd
+
+    def settings(self) -> dict:
+        return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf}
+
+    def recognise(self, image: np.ndarray) -> OcrWords:
+        if self.cache is None:
+            return self._run(image)
+        key = OcrCache.key(image_hash(image), self.name, self.settings())
+        return self.cache.get_or_compute(key, lambda: self._run(image))
+
+    def _run(self, image: np.ndarray) -> OcrWords:
+        from PIL import Image
+
+        pt = self._pytesseract
+        pt.pytesseract.tesseract_cmd = self.tesseract_cmd
+        data = pt.image_to_data(Image.fromarray(image), lang=self.lang, config=f"--psm {self.psm}",
+                                output_type=pt.Output.DICT)
+        words, boxes, confs = [], [], []
+        for text, conf, x, y, w, h in zip(data["text"], data["conf"], data["left"], data["top"],
+                                          data["width"], data["height"]):
+            text = str(text).strip()
+            if text and float(conf) > self.min_conf:
+                words.append(text)
+                boxes.append([x, y, x + w, y + h])
+                confs.append(float(conf))
+        return OcrWords(words, np.array(boxes, np.float32).reshape(-1, 4), image.shape[:2],
+                        np.array(confs, np.float32))
+
+
+class PdfTextLayer:
+    """Words and page image from a born-digital PDF page (pypdfium2), both in pixels at `dpi`.
+
+    `read(pdf, page_index, size=None)` renders the page at `dpi` (or scaled to exactly `size`
+    (H, W)) and returns (image, words). Words are split at whitespace and at jumps between lines.
+    """
+
+    name = "pdf"
+
+    def __init__(self, dpi: float = 144.0, cache: OcrCache | str | Path | None = None):
+        self.dpi = float(dpi)
+        self.cache = _as_cache(cache)
+
+    def settings(self) -> dict:
+        return {"dpi": self.dpi}
+
+    def recognise(self, image: np.ndarray) -> OcrWords:
+        raise TypeError("PdfTextLayer reads PDFs, not images: call read(pdf_path, page_index) or "
+                        "words(pdf_path, page_index, size)")
+
+    def read(self, pdf_path: str | Path, page_index: int = 0,
+             size: tuple[int, int] | None = None) -> tuple[np.ndarray, OcrWords]:
+        with self._open(pdf_path, page_index) as (doc, page):
+            image = self._render(page, size)
+        return image, self.words(pdf_path, page_index, image.shape[:2])
+
+    def render(self, pdf_path: str | Path, page_index: int = 0,
+               size: tuple[int, int] | None = None) -> np.ndarray:
+        with self._open(pdf_path, page_index) as (doc, page):
+            return self._render(page, size)
+
+    def words(self, pdf_path: str | Path, page_index: int = 0,
+              size: tuple[int, int] | None = None) -> OcrWords:
+        """Text-layer words in pixels of the page rendered at `dpi`, or mapped to `size` (H, W)."""
+        pdf_path = Path(pdf_path)
+        if self.cache is None:
+            result = self._extract(pdf_path, page_index)
+        else:
+            content = hashlib.sha256(pdf_path.read_bytes() if pdf_path.is_file() else b"").hexdigest()
+            key = OcrCache.key(f"{content}:page{page_index}", self.name, self.settings())
+            result = self.cache.get_or_compute(key, lambda: self._extract(pdf_path, page_index))
+        return result if size is None or tuple(size) == result.size else result.scaled_to(size)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _open(self, pdf_path, page_index=0):
+        return _PdfPage(Path(pdf_path), page_index)
+
+    def _render(self, page, size):
+        scale = self.dpi / 72.0
+        if size is not None:
+            w_pt, h_pt = page.get_size()
+            scale = size[1] / w_pt
+        img = np.asarray(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
+        if size is not None and img.shape[:2] != tuple(size):
+            from PIL import Image
+
+            img = np.asarray(Image.fromarray(img).resize((size[1], size[0]), Image.BILINEAR))
+        return np.ascontiguousarray(img)
+
+    def _extract(self, pdf_path: Path, page_index: int) -> OcrWords:
+        import pypdfium2.raw as pdfium_c
+
+        with self._open(pdf_path, page_index) as (doc, page):
+            w_pt, h_pt = page.get_size()
+            scale = self.dpi / 72.0
+            width, height = int(round(w_pt * scale)), int(round(h_pt * scale))
+            sub = 16  # map onto a 16x finer integer canvas: pdfium's page->device map rounds to ints
+            dev_x, dev_y = _c_int(), _c_int()
+
+            def to_px(x, y):
+                pdfium_c.FPDF_PageToDevice(page, 0, 0, width * sub, height * sub, 0, x, y,
+                                           dev_x, dev_y)
+                return dev_x.value / sub, dev_y.value / sub
+
+            textpage = page.get_textpage()
+            words, boxes = [], []
+            cur, cur_box, prev_box = [], None, None
+            for i in range(textpage.count_chars()):
+                ch = chr(pdfium_c.FPDFText_GetUnicode(textpage, i))
+                generated = bool(pdfium_c.FPDFText_IsGenerated(textpage, i))
+                if ch.isspace() or generated or ch == "\x00":
+                    _flush(cur, cur_box, words, boxes)
+                    cur, cur_box, prev_box = [], None, None
+                    continue
+                left, bottom, right, top = textpage.get_charbox(i)
+                xs, ys = zip(to_px(left, bottom), to_px(right, top))
+                box = [min(xs), min(ys), max(xs), max(ys)]
+                if prev_box is not None and _starts_new_word(prev_box, box):
+                    _flush(cur, cur_box, words, boxes)
+                    cur, cur_box = [], None
+                cur.append(ch)
+                cur_box = box if cur_box is None else [min(cur_box[0], box[0]), min(cur_box[1], box[1]),
+                                                       max(cur_box[2], box[2]), max(cur_box[3], box[3])]
+                prev_box = box
+            _flush(cur, cur_box, words, boxes)
+            textpage.close()
+        return OcrWords(words, np.array(boxes, np.float32).reshape(-1, 4), (height, width))
+
+
+def _c_int():
+    import ctypes
+
+    return ctypes.c_int()
+
+
+def _flush(chars, box, words, boxes):
+    if chars:
+        words.append("".join(chars))
+        boxes.append(box)
+
+
+def _starts_new_word(prev, box) -> bool:
+    """Chars without a space between them still split when they are on different lines or far apart."""
+    height = max(prev[3] - prev[1], box[3] - box[1], 1.0)
+    overlap = min(prev[3], box[3]) - max(prev[1], box[1])
+    return overlap < 0.3 * height or box[0] - prev[2] > 0.6 * height or box[2] < prev[0]
+
+
+class _PdfPage:
+    """Context manager: open a PDF page with pypdfium2, raising BadSampleError naming the file."""
+
+    def __init__(self, path: Path, page_index: int):
+        self.path, self.page_index = path, page_index
+
+    def __enter__(self):
+        import pypdfium2 as pdfium
+
+        if not self.path.is_file():
+            raise BadSampleError(self.path, "PDF file not found", "check pdf_dir / the file name")
+        try:
+            self.doc = pdfium.PdfDocument(str(self.path))
+        except pdfium.PdfiumError as err:
+            raise BadSampleError(self.path, f"not a readable PDF ({err})",
+                                 "re-export the PDF or use an image with ocr='tesseract'") from err
+        if not 0 <= self.page_index < len(self.doc):
+            n = len(self.doc)
+            self.doc.close()
+            raise BadSampleError(self.path, f"page {self.page_index} requested but the PDF has {n} pages",
+                                 "fix the page index in the annotation")
+        self.page = self.doc[self.page_index]
+        return self.doc, self.page
+
+    def __exit__(self, *exc):
+        self.page.close()
+        self.doc.close()
+        return False
+
+
+def make_ocr(ocr: str | Any = "groundtruth", cache_dir: str | Path | None = None, **kwargs) -> Any:
+    """'groundtruth' -> None (words come from the annotation); 'tesseract' / 'pdf' -> a backend;
+    an object with `recognise` (or a PdfTextLayer) is returned as is."""
+    if ocr is None or ocr == "groundtruth":
+        return None
+    if ocr == "tesseract":
+        return TesseractOCR(cache=cache_dir, **kwargs)
+    if ocr == "pdf":
+        return PdfTextLayer(cache=cache_dir, **kwargs)
+    if isinstance(ocr, (PdfTextLayer, OcrBackend)):
+        return ocr
+    raise ValueError(
+        f"ocr={ocr!r} is not one of {OCR_CHOICES} or an OCR backend object. Fix: pass one of those "
+        "names, or an object with name, settings() and recognise(image) -> OcrWords"
+    )

@@ -1,0 +1,157 @@
+"""OCR backends on inputs the tests write themselves: a hand-written born-digital PDF, its rendering
+for tesseract, and the on-disk cache."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from dociq.data.errors import BadSampleError
+from dociq.data.ocr import OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr
+
+PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
+LINES = [(20, 150, "Hello World"), (20, 80, "Invoice 2024")]  # (x, baseline y) in PDF points
+
+
+def minimal_pdf(lines=LINES, width=PAGE_W, height=PAGE_H, font_size=FONT) -> bytes:
+    """A one-page PDF whose text layer holds `lines` in Helvetica (a standard-14 font, not embedded)."""
+    content = "".join(f"BT /F1 {font_size} Tf {x} {y} Td ({t}) Tj ET\n" for x, y, t in lines).encode()
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
+        "/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)
+
+
+@pytest.fixture
+def pdf_path(tmp_path):
+    path = tmp_path / "page.pdf"
+    path.write_bytes(minimal_pdf())
+    return path
+
+
+def test_pdf_text_layer_words_and_boxes(pdf_path):
+    dpi = 144
+    s = dpi / 72
+    image, words = PdfTextLayer(dpi=dpi).read(pdf_path)
+    assert image.shape == (PAGE_H * s, PAGE_W * s, 3) and image.dtype == np.uint8
+    assert words.words == ["Hello", "World", "Invoice", "2024"]
+    assert words.size == image.shape[:2]
+    # "Hello": starts at x=20pt, sits on the baseline y=150pt (PDF y grows upwards), cap height ~0.72em
+    x0, y0, x1, y1 = words.boxes[0]
+    assert abs(x0 - 20 * s) < 4
+    assert abs(y1 - (PAGE_H - 150) * s) < 3
+    assert abs((y1 - y0) - 0.72 * FONT * s) < 4
+    # second line is 70pt lower; words on a line share a baseline and run left to right
+    assert abs(words.boxes[2, 3] - (PAGE_H - 80) * s) < 3
+    assert words.boxes[1, 0] > words.boxes[0, 2]
+    # the rendered page is dark inside each word box and white far from the text
+    for bx in words.boxes.astype(int):
+        assert image[bx[1]:bx[3], bx[0]:bx[2]].min() < 80
+    assert image[int(180 * s):, :].min() > 240
+
+
+def test_pdf_words_map_onto_a_given_image_size(pdf_path):
+    words = PdfTextLayer(dpi=144).words(pdf_path, size=(100, 150))  # a 0.5 pt/px image of the page
+    assert words.size == (100, 150)
+    assert abs(words.boxes[0, 0] - 20 * 0.5) < 2
+    image = PdfTextLayer(dpi=144).render(pdf_path, size=(100, 150))
+    assert image.shape == (100, 150, 3)
+
+
+def test_pdf_errors_name_the_file(tmp_path, pdf_path):
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"not a pdf at all")
+    with pytest.raises(BadSampleError, match="bad.pdf"):
+        PdfTextLayer().words(bad)
+    with pytest.raises(BadSampleError, match="not found"):
+        PdfTextLayer().words(tmp_path / "missing.pdf")
+    with pytest.raises(BadSampleError, match="page 3 requested but the PDF has 1 pages"):
+        PdfTextLayer().words(pdf_path, page_index=3)
+
+
+def test_cache_hit_returns_identical_words_without_rerunning(pdf_path, tmp_path, monkeypatch):
+    backend = PdfTextLayer(dpi=144, cache=tmp_path / "cache")
+    first = backend.words(pdf_path)
+    files = list((tmp_path / "cache").rglob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["words"] == first.words
+
+    def must_not_run(*a, **k):
+        raise AssertionError("backend ran despite a cache hit")
+
+    monkeypatch.setattr(PdfTextLayer, "_extract", must_not_run)
+    again = PdfTextLayer(dpi=144, cache=tmp_path / "cache").words(pdf_path)
+    assert again.words == first.words
+    np.testing.assert_array_equal(again.boxes, first.boxes)
+    assert again.size == first.size
+    # other settings are another key: the backend must run (and here it fails loudly)
+    with pytest.raises(AssertionError, match="cache hit"):
+        PdfTextLayer(dpi=72, cache=tmp_path / "cache").words(pdf_path)
+
+
+def test_cache_key_depends_on_content_backend_and_settings():
+    k = OcrCache.key("abc", "tesseract", {"psm": 3})
+    assert k == OcrCache.key("abc", "tesseract", {"psm": 3})
+    assert len({k, OcrCache.key("abd", "tesseract", {"psm": 3}),
+                OcrCache.key("abc", "pdf", {"psm": 3}), OcrCache.key("abc", "tesseract", {"psm": 6})}) == 4
+
+
+def test_ocr_words_scale_and_json_round_trip():
+    w = OcrWords(["a", "b"], np.array([[0, 0, 10, 10], [20, 5, 40, 15]]), (50, 100))
+    half = w.scaled_to((25, 50))
+    np.testing.assert_allclose(half.boxes, [[0, 0, 5, 5], [10, 2.5, 20, 7.5]])
+    back = OcrWords.from_json(json.loads(json.dumps(w.to_json())))
+    assert back.words == w.words and back.size == w.size
+    np.testing.assert_array_equal(back.boxes, w.boxes)
+
+
+def test_missing_tesseract_names_the_debian_package():
+    with pytest.raises(RuntimeError, match="tesseract-ocr"):
+        TesseractOCR(tesseract_cmd="/nonexistent/tesseract")
+
+
+def test_make_ocr_rejects_unknown_names():
+    assert make_ocr("groundtruth") is None
+    assert isinstance(make_ocr("pdf"), PdfTextLayer)
+    with pytest.raises(ValueError, match="ocr='easyocr'.*Fix"):
+        make_ocr("easyocr")
+
+
+needs_tesseract = pytest.mark.skipif(
+    shutil.which("tesseract") is None,
+    reason="tesseract binary not found: install the Debian package tesseract-ocr (CI does)",
+)
+
+
+@needs_tesseract
+def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch):
+    pdf = PdfTextLayer(dpi=144)
+    image, truth = pdf.read(pdf_path)
+    backend = TesseractOCR(cache=tmp_path / "cache", psm=11)
+    words = backend.recognise(image)
+    assert words.words == truth.words
+    assert words.size == image.shape[:2]
+    assert (words.confidences > backend.min_conf).all()
+    # tesseract's boxes agree with the text layer's to a few pixels
+    assert np.abs(words.boxes - truth.boxes).max() < 6
+
+    monkeypatch.setattr(TesseractOCR, "_run", lambda *a, **k: pytest.fail("tesseract ran on a cache hit"))
+    cached = TesseractOCR(cache=tmp_path / "cache", psm=11).recognise(image)
+    assert cached.words == words.words
+    np.testing.assert_array_equal(cached.boxes, words.boxes)
+    np.testing.assert_array_equal(cached.confidences, words.confidences)
