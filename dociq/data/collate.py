@@ -1,0 +1,224 @@
+"""Pages in, batches out: the one place that turns `Page`s into the batch contract (schema.BATCH_KEYS).
+
+Geometry follows SAM: the page is resized so its longest side is `image_size`, then padded at
+the bottom/right to a square. Word boxes, masks and prompts are mapped into that input frame,
+and layout boxes are normalised to 0..1000 *of the input frame*, so a token's box and the image
+unit under it agree (D-JEPA picks MLM words by the image units they lie in).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, LAYOUT_SCALE, Page
+from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def resize_longest_side(size: tuple[int, int], target: int) -> tuple[int, int]:
+    """(H, W) of a page scaled so that its longest side is `target`."""
+    h, w = size
+    scale = target / max(h, w)
+    return max(1, int(round(h * scale))), max(1, int(round(w * scale)))
+
+
+def _to_input_frame(image: np.ndarray, target: int) -> tuple[torch.Tensor, float]:
+    """uint8 [H,W,3] -> normalised float [3,target,target] (resized, zero-padded after normalising
+    white so the padding reads as paper), and the scale factor applied."""
+    h, w = image.shape[:2]
+    nh, nw = resize_longest_side((h, w), target)
+    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)
+    if (nh, nw) != (h, w):
+        x = F.interpolate(x[None], size=(nh, nw), mode="bilinear", antialias=True,
+                          align_corners=False)[0]
+    canvas = torch.ones(3, target, target)  # white paper
+    canvas[:, :nh, :nw] = x
+    mean = torch.tensor(IMAGE_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGE_STD).view(3, 1, 1)
+    return (canvas - mean) / std, nh / h
+
+
+def _masks_to_input_frame(masks: np.ndarray, target: int, scale: float) -> torch.Tensor:
+    """bool [Q,H,W] -> float [Q,target,target] by nearest resize and zero padding."""
+    q, h, w = masks.shape
+    out = torch.zeros(q, target, target)
+    if q == 0:
+        return out
+    nh, nw = max(1, int(round(h * scale))), max(1, int(round(w * scale)))
+    m = torch.from_numpy(np.ascontiguousarray(masks)).float()
+    if (nh, nw) != (h, w):
+        m = F.interpolate(m[None], size=(nh, nw), mode="nearest")[0]
+    out[:, :nh, :nw] = m
+    return out
+
+
+def normalise_boxes(boxes_px: np.ndarray, scale: float, target: int) -> np.ndarray:
+    """Pixel boxes of the original page -> int boxes in 0..LAYOUT_SCALE of the input frame."""
+    if len(boxes_px) == 0:
+        return np.zeros((0, 4), dtype=np.int64)
+    b = np.asarray(boxes_px, dtype=np.float64) * scale / target * LAYOUT_SCALE
+    return np.clip(np.round(b), 0, LAYOUT_SCALE).astype(np.int64)
+
+
+def sample_points(mask: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """`count` (x, y) pixel points drawn uniformly from the True pixels of `mask` [H, W]."""
+    ys, xs = torch.nonzero(mask > 0.5, as_tuple=True)
+    if len(ys) == 0:
+        return torch.full((count, 2), -1.0)
+    pick = torch.randint(len(ys), (count,), generator=generator)
+    # pixel centres, SAM's convention
+    return torch.stack([xs[pick].float() + 0.5, ys[pick].float() + 0.5], dim=-1)
+
+
+def mask_box(mask: torch.Tensor) -> torch.Tensor:
+    """Tight x0, y0, x1, y1 box of a mask [H, W] in pixels (zeros for an empty mask)."""
+    ys, xs = torch.nonzero(mask > 0.5, as_tuple=True)
+    if len(ys) == 0:
+        return torch.zeros(4)
+    return torch.stack([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]).float()
+
+
+def visible_tokens(boxes: torch.Tensor, ctx_idx: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """bool [B,T]: tokens whose box centre lies in a kept (context) mask unit.
+
+    boxes: long [B,T,4] in 0..LAYOUT_SCALE of the square input frame; ctx_idx: long [B,Nc]."""
+    gh, gw = grid
+    cx = (boxes[..., 0] + boxes[..., 2]).float() / (2 * LAYOUT_SCALE)
+    cy = (boxes[..., 1] + boxes[..., 3]).float() / (2 * LAYOUT_SCALE)
+    col = (cx * gw).long().clamp(0, gw - 1)
+    row = (cy * gh).long().clamp(0, gh - 1)
+    unit = row * gw + col
+    kept = torch.zeros(boxes.shape[0], gh * gw, dtype=torch.bool)
+    kept.scatter_(1, ctx_idx, True)
+    return torch.gather(kept, 1, unit)
+
+
+class DocumentCollator:
+    """list[Page | None] -> batch dict. `None` entries (bad pages skipped by a data set) are dropped
+    and counted in `batch["skipped"]`.
+
+    image_masking: called as `image_masking(batch_size, generator) -> (ctx_idx, tgt_idx)`.
+    text_masking:  called as `text_masking(ids, special, generator, allowed=None) -> (mlm_ids, labels)`;
+                   with `text_masking.visible_only` the MLM words are chosen among tokens lying in
+                   context units (needs image_masking with a `grid`).
+    """
+
+    def __init__(
+        self,
+        image_size: int,
+        ocr_tokenizer: OcrTokenizer | None = None,
+        question_tokenizer: QuestionTokenizer | None = None,
+        questions: bool = False,
+        max_questions: int = 4,
+        points_per_prompt: int = 1,
+        image_masking: Callable | None = None,
+        text_masking: Callable | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.image_size = image_size
+        self.ocr_tokenizer = ocr_tokenizer or OcrTokenizer()
+        self.questions = questions
+        self.question_tokenizer = question_tokenizer or (QuestionTokenizer() if questions else None)
+        self.max_questions = max_questions
+        self.points_per_prompt = points_per_prompt
+        self.image_masking = image_masking
+        self.text_masking = text_masking
+        self.seed = seed
+        self._calls = 0
+        if text_masking is not None and getattr(text_masking, "visible_only", False):
+            if image_masking is None or not hasattr(image_masking, "grid"):
+                raise ValueError("data.text_masking.visible_only=true needs data.image_masking "
+                                 "(with a grid) to know which image units are visible")
+
+    def _generator(self) -> torch.Generator:
+        # A fixed seed makes every call reproducible (validation); otherwise draw from torch's
+        # global RNG, which Lightning seeds per worker.
+        g = torch.Generator()
+        if self.seed is not None:
+            g.manual_seed(self.seed + self._calls)
+        else:
+            g.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self._calls += 1
+        return g
+
+    def __call__(self, pages: Sequence[Page | None]) -> dict:
+        skipped = sum(p is None for p in pages)
+        pages = [p for p in pages if p is not None]
+        if not pages:
+            raise RuntimeError(f"all {skipped} pages of a batch were bad and skipped: check the data set "
+                               "(see the warnings above for the files and reasons)")
+        g = self._generator()
+        size = self.image_size
+        images, scales, encoded = [], [], []
+        for page in pages:
+            img, scale = _to_input_frame(page.image, size)
+            images.append(img)
+            scales.append(scale)
+            encoded.append(self.ocr_tokenizer(page.words, normalise_boxes(page.word_boxes, scale, size)))
+
+        batch: dict = {"image": torch.stack(images), "skipped": skipped}
+        self._add_ocr(batch, encoded)
+        if self.questions:
+            self._add_questions(batch, pages, scales, g)
+        batch["meta"] = [dict(page.meta, original_size=page.size, scale=s) for page, s in zip(pages, scales)]
+        if self.image_masking is not None:
+            batch["ctx_idx"], batch["tgt_idx"] = self.image_masking(len(pages), g)
+        if self.text_masking is not None:
+            allowed = None
+            if getattr(self.text_masking, "visible_only", False):
+                allowed = visible_tokens(batch["ocr_boxes"], batch["ctx_idx"], tuple(self.image_masking.grid))
+            special = ~batch["ocr_mask"] | (batch["ocr_word_index"] < 0)
+            batch["mlm_ids"], batch["mlm_labels"] = self.text_masking(
+                batch["ocr_ids"], special, g, allowed=allowed)
+        return batch
+
+    def _add_ocr(self, batch: dict, encoded: list) -> None:
+        t = max(len(e.ids) for e in encoded)
+        b = len(encoded)
+        ids = torch.full((b, t), self.ocr_tokenizer.pad_id, dtype=torch.long)
+        mask = torch.zeros(b, t, dtype=torch.bool)
+        boxes = torch.zeros(b, t, 4, dtype=torch.long)
+        word_index = torch.full((b, t), -1, dtype=torch.long)
+        for i, e in enumerate(encoded):
+            n = len(e.ids)
+            ids[i, :n], mask[i, :n], boxes[i, :n], word_index[i, :n] = e.ids, True, e.boxes, e.word_index
+        batch.update(ocr_ids=ids, ocr_mask=mask, ocr_boxes=boxes, ocr_word_index=word_index,
+                     ocr_truncated=torch.tensor([e.truncated_words for e in encoded]))
+
+    def _add_questions(self, batch: dict, pages: list[Page], scales: list[float], g: torch.Generator) -> None:
+        b, size = len(pages), self.image_size
+        chosen = []
+        for page in pages:
+            qs = [q for q in page.questions if q.mask.any()]
+            if len(qs) > self.max_questions:
+                order = torch.randperm(len(qs), generator=g)[: self.max_questions].tolist()
+                qs = [qs[i] for i in sorted(order)]
+            chosen.append(qs)
+        q_max = max(1, max(len(qs) for qs in chosen))
+        length = self.question_tokenizer.context_length
+        prompt_ids = torch.zeros(b, q_max, length, dtype=torch.long)
+        valid = torch.zeros(b, q_max, dtype=torch.bool)
+        masks = torch.zeros(b, q_max, size, size)
+        points = torch.full((b, q_max, self.points_per_prompt, 2), -1.0)
+        point_labels = torch.full((b, q_max, self.points_per_prompt), -1, dtype=torch.long)
+        boxes = torch.zeros(b, q_max, 4)
+        kinds: list[list[str]] = []
+        for i, (page, qs, scale) in enumerate(zip(pages, chosen, scales)):
+            kinds.append([q.kind for q in qs])
+            if not qs:
+                continue
+            n = len(qs)
+            prompt_ids[i, :n] = self.question_tokenizer([q.text for q in qs])
+            valid[i, :n] = True
+            masks[i, :n] = _masks_to_input_frame(np.stack([q.mask for q in qs]), size, scale)
+            for j in range(n):
+                points[i, j] = sample_points(masks[i, j], self.points_per_prompt, g)
+                point_labels[i, j] = 1
+                boxes[i, j] = mask_box(masks[i, j])
+        batch.update(prompt_ids=prompt_ids, prompt_valid=valid, prompt_kind=kinds, masks=masks,
+                     points=points, point_labels=point_labels, boxes=boxes)

@@ -1,0 +1,68 @@
+"""One LightningDataModule for every data set (synthetic / coco / funsd / engine store).
+
+The data sets arrive already built (Hydra instantiates `train_set`/`val_set` from `configs/data/`);
+this module only wires them to loaders with the collator that makes the batch contract.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+from dociq.data.collate import DocumentCollator
+from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+
+log = logging.getLogger(__name__)
+
+
+class DocumentDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        train_set: Dataset,
+        val_set: Dataset | None,
+        image_size: int,
+        batch_size: int = 8,
+        num_workers: int = 0,
+        tokenizer: dict | None = None,
+        question_context_length: int = 32,
+        questions: bool = False,
+        max_questions: int = 4,
+        points_per_prompt: int = 1,
+        image_masking: Callable | None = None,
+        text_masking: Callable | None = None,
+        val_seed: int = 1234,
+    ) -> None:
+        super().__init__()
+        if len(train_set) == 0:
+            raise ValueError("data.train_set is empty: it has no pages; check its path/num_pages")
+        self.train_set, self.val_set = train_set, val_set
+        self.batch_size, self.num_workers = batch_size, num_workers
+        ocr_tokenizer = OcrTokenizer(**(tokenizer or {}))
+        common = dict(
+            image_size=image_size, ocr_tokenizer=ocr_tokenizer,
+            question_tokenizer=QuestionTokenizer(question_context_length) if questions else None,
+            questions=questions, max_questions=max_questions, points_per_prompt=points_per_prompt,
+            image_masking=image_masking, text_masking=text_masking,
+        )
+        self.train_collator = DocumentCollator(**common)
+        # validation sees the same masks and prompts every time, so its losses are comparable
+        self.val_collator = DocumentCollator(**common, seed=val_seed)
+
+    @property
+    def ocr_tokenizer(self) -> OcrTokenizer:
+        return self.train_collator.ocr_tokenizer
+
+    def _loader(self, dataset: Dataset, collator: DocumentCollator, shuffle: bool) -> DataLoader:
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle,
+                          num_workers=self.num_workers, collate_fn=collator,
+                          persistent_workers=self.num_workers > 0, drop_last=shuffle)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, self.train_collator, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if self.val_set is None or len(self.val_set) == 0:
+            return []
+        return self._loader(self.val_set, self.val_collator, shuffle=False)

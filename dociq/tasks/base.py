@@ -1,0 +1,44 @@
+"""Base class of every stage's LightningModule: the optimizer arrives from the config.
+
+Tasks know nothing of `dociq.optim`: `optimizer` is a factory (a Hydra partial) that takes the
+trainable `(name, parameter)` pairs and returns a `torch.optim.Optimizer`; `scheduler` takes
+that optimizer and returns an LR scheduler stepped every optimizer step.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import lightning as L
+import torch
+
+OptimizerFactory = Callable[[list[tuple[str, torch.nn.Parameter]]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+
+
+class DociqTask(L.LightningModule):
+    def __init__(self, optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None) -> None:
+        super().__init__()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+
+    def trainable_named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """Parameters the optimizer updates (frozen parts and EMA targets excluded)."""
+        return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+
+    def configure_optimizers(self):
+        if self.optimizer_factory is None:
+            raise ValueError(
+                f"{type(self).__name__} has no optimizer: pass `optimizer=` (a factory taking "
+                "named parameters), e.g. select one with `optim=adamw` on the command line."
+            )
+        optimizer = self.optimizer_factory(self.trainable_named_parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def count_parameters(params: Iterable[torch.nn.Parameter]) -> int:
+    return sum(p.numel() for p in params)

@@ -1,0 +1,123 @@
+"""The collator makes the batch contract: geometry, tokens with boxes, prompts, skipping bad pages."""
+import numpy as np
+import pytest
+import torch
+
+from dociq.data.collate import DocumentCollator, mask_box, normalise_boxes, visible_tokens
+from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, Page, Question
+from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+
+
+def make_page(h=200, w=100) -> Page:
+    image = np.full((h, w, 3), 255, dtype=np.uint8)
+    image[20:40, 10:60] = 0  # a dark word
+    words = ["Invoice", "total:", "$1,234.00"]
+    boxes = np.array([[10, 20, 60, 40], [10, 50, 50, 60], [55, 50, 95, 60]], dtype=np.float32)
+    mask = np.zeros((h, w), dtype=bool)
+    mask[50:60, 55:95] = True
+    q = Question(text="where is the invoice total?", kind="reading", mask=mask)
+    return Page(image=image, words=words, word_boxes=boxes, questions=[q], meta={"page_id": "p0"})
+
+
+def test_page_is_resized_on_longest_side_and_padded_with_paper():
+    collate = DocumentCollator(image_size=256)
+    batch = collate([make_page(200, 100)])
+    img = batch["image"]
+    assert img.shape == (1, 3, 256, 256)
+    white = (1 - torch.tensor(IMAGE_MEAN)) / torch.tensor(IMAGE_STD)
+    # 200x100 -> 256x128: the right half is padding and reads as white paper
+    assert torch.allclose(img[0, :, 100, 200], white, atol=1e-5)
+    black = (0 - torch.tensor(IMAGE_MEAN)) / torch.tensor(IMAGE_STD)
+    assert torch.allclose(img[0, :, 38, 40], black, atol=1e-4)  # word pixel (y 20-40 -> 25.6-51.2)
+    assert batch["meta"][0]["scale"] == pytest.approx(1.28)
+    assert batch["meta"][0]["original_size"] == (200, 100)
+
+
+def test_every_subtoken_carries_its_word_box_in_the_input_frame():
+    tok = OcrTokenizer()
+    batch = DocumentCollator(image_size=256, ocr_tokenizer=tok)([make_page()])
+    ids, boxes, widx = batch["ocr_ids"][0], batch["ocr_boxes"][0], batch["ocr_word_index"][0]
+    assert ids[0] == tok.hf.cls_token_id and ids[-1] == tok.hf.sep_token_id
+    assert boxes[0].tolist() == [0, 0, 0, 0] and boxes[-1].tolist() == [1000, 1000, 1000, 1000]
+    expected = normalise_boxes(make_page().word_boxes, 1.28, 256)
+    assert expected[0].tolist() == [50, 100, 300, 200]  # 10*1.28/256*1000 = 50, ...
+    for t in range(1, len(ids) - 1):
+        assert boxes[t].tolist() == expected[widx[t]].tolist()
+    # "$1,234.00" is split into several WordPiece tokens, all with the same word index
+    assert (widx == 2).sum() > 1
+    decoded = tok.hf.decode(ids[widx == 0])
+    assert decoded == "invoice"
+
+
+def test_truncation_is_counted():
+    tok = OcrTokenizer(max_length=6)
+    batch = DocumentCollator(image_size=256, ocr_tokenizer=tok)([make_page()])
+    assert batch["ocr_ids"].shape[1] == 6
+    assert batch["ocr_truncated"].tolist() == [1]  # "invoice total : $..." -> the amount is cut
+    assert tok.truncated_words_total == 1
+
+
+def test_padding_and_attention_mask_across_pages():
+    p1, p2 = make_page(), make_page()
+    p2.words, p2.word_boxes = ["x"], p2.word_boxes[:1]
+    batch = DocumentCollator(image_size=128)([p1, p2])
+    assert batch["ocr_mask"][1].sum() == 3  # [CLS] x [SEP]
+    assert (batch["ocr_ids"][1][~batch["ocr_mask"][1]] == 0).all()  # pad id of the vocabulary
+
+
+def test_question_masks_points_and_boxes_follow_the_target():
+    collate = DocumentCollator(image_size=256, questions=True, points_per_prompt=3,
+                               question_tokenizer=QuestionTokenizer(32), seed=0)
+    batch = collate([make_page()])
+    mask = batch["masks"][0, 0]
+    assert batch["masks"].shape == (1, 1, 256, 256)
+    # target region x 55-95, y 50-60 scaled by 1.28
+    assert mask[70, 100] == 1 and mask[10, 10] == 0
+    assert batch["boxes"][0, 0].tolist() == mask_box(mask).tolist()
+    x0, y0, x1, y1 = batch["boxes"][0, 0].tolist()
+    # 55*1.28=70.4, 50*1.28=64, 95*1.28=121.6, 60*1.28=76.8: within a pixel of nearest resizing
+    assert all(abs(a - b) <= 1 for a, b in zip((x0, y0, x1, y1), (70.4, 64, 121.6, 76.8)))
+    for x, y in batch["points"][0, 0].tolist():
+        assert mask[int(y), int(x)] == 1
+    assert batch["point_labels"][0, 0].tolist() == [1, 1, 1]
+    assert batch["prompt_ids"].shape == (1, 1, 32)
+    assert batch["prompt_kind"] == [["reading"]]
+    assert batch["prompt_valid"].tolist() == [[True]]
+
+
+def test_pages_with_fewer_questions_are_padded_and_marked_invalid():
+    p1, p2 = make_page(), make_page()
+    p1.questions = p1.questions * 3
+    batch = DocumentCollator(image_size=64, questions=True, seed=0)([p1, p2])
+    assert batch["prompt_valid"].tolist() == [[True, True, True], [True, False, False]]
+    assert batch["masks"][1, 1:].sum() == 0
+
+
+def test_skipped_pages_are_dropped_and_counted():
+    collate = DocumentCollator(image_size=64)
+    batch = collate([make_page(), None, make_page()])
+    assert batch["image"].shape[0] == 2 and batch["skipped"] == 1
+    with pytest.raises(RuntimeError, match="all 2 pages of a batch were bad"):
+        collate([None, None])
+
+
+def test_visible_tokens_follow_the_context_units():
+    # 2x2 grid; token 0 centred in unit 0 (top-left), token 1 in unit 3 (bottom-right)
+    boxes = torch.tensor([[[100, 100, 200, 200], [700, 700, 900, 900]]])
+    assert visible_tokens(boxes, torch.tensor([[0, 1]]), (2, 2)).tolist() == [[True, False]]
+    assert visible_tokens(boxes, torch.tensor([[3, 2]]), (2, 2)).tolist() == [[False, True]]
+
+
+def test_visible_only_text_masking_needs_image_masking():
+    class TextMasking:
+        visible_only = True
+
+    with pytest.raises(ValueError, match="data.image_masking"):
+        DocumentCollator(image_size=64, text_masking=TextMasking())
+
+
+def test_mismatched_words_and_boxes_name_the_problem():
+    page = make_page()
+    page.word_boxes = page.word_boxes[:2]
+    with pytest.raises(ValueError, match="3 words but 2 boxes"):
+        DocumentCollator(image_size=64)([page])
