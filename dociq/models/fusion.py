@@ -1,0 +1,196 @@
+"""FusionTrunk: text tokens and image tokens attend to themselves and to each other.
+
+Each block is pre-norm and two-stream (one set of weights per modality, as in SAM's two-way
+transformer): image self-attention, text self-attention, image->text cross-attention (image
+queries read the words), text->image cross-attention (words read the page), then an MLP per
+stream. Image tokens carry the 2-D sin-cos position of their mask unit; text tokens carry the
+same sin-cos table sampled at their box centre, so a word and the unit it lies in start close
+in position space and cross-attention does not have to learn the layout from scratch.
+
+Sparse input (only the context units of a masked page, with their indices) is supported: with
+`fill_masked=True` every missing unit gets a shared learned mask token at its position, so the
+output is the whole unit grid and masked units can be filled from the text (what the MIM head
+and the D-JEPA predictor read); with `fill_masked=False` only the given units come back.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dociq.data.schema import LAYOUT_SCALE
+from dociq.models.pos_embed import sincos_2d
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    dim: int = 128          # width D of the fused tokens
+    depth: int = 2          # number of two-stream blocks
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+
+
+FUSION_SIZES: dict[str, FusionConfig] = {
+    "tiny": FusionConfig(dim=128, depth=2, num_heads=4),
+    "base": FusionConfig(dim=768, depth=6, num_heads=12),
+}
+
+
+class Attention(nn.Module):
+    """Multi-head attention, queries from one sequence, keys/values from another (or the same)."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"fusion dim {dim} is not divisible by num_heads {num_heads}; "
+                             "set model.fusion.dim / model.fusion.num_heads so it divides")
+        self.num_heads = num_heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B,Nq,D] attends to context [B,Nk,D]; key_mask bool [B,Nk], True = attend."""
+        B, Nq, D = x.shape
+        h = self.num_heads
+        q = self.q(x).view(B, Nq, h, D // h).transpose(1, 2)
+        k, v = self.kv(context).view(B, -1, 2, h, D // h).permute(2, 0, 3, 1, 4)
+        attn_mask = None if key_mask is None else key_mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(out.transpose(1, 2).reshape(B, Nq, D))
+
+
+class MLP(nn.Sequential):
+    def __init__(self, dim: int, ratio: float, dropout: float = 0.0) -> None:
+        hidden = int(dim * ratio)
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
+                         nn.Linear(hidden, dim), nn.Dropout(dropout))
+
+
+class FusionBlock(nn.Module):
+    """Pre-norm: self-attention per stream, cross-attention both ways, MLP per stream."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.norm_img_self, self.norm_txt_self = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.img_self = Attention(dim, num_heads, dropout)
+        self.txt_self = Attention(dim, num_heads, dropout)
+        self.norm_img_q, self.norm_img_kv = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.norm_txt_q, self.norm_txt_kv = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.img_to_txt = Attention(dim, num_heads, dropout)   # image queries, text keys
+        self.txt_to_img = Attention(dim, num_heads, dropout)   # text queries, image keys
+        self.norm_img_mlp, self.norm_txt_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.img_mlp = MLP(dim, mlp_ratio, dropout)
+        self.txt_mlp = MLP(dim, mlp_ratio, dropout)
+
+    def forward(self, img: torch.Tensor, txt: torch.Tensor, txt_mask: torch.Tensor,
+                img_pos: torch.Tensor, txt_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Positions are re-added to queries/keys in every block (SAM/DETR style) so they survive depth.
+        x = self.norm_img_self(img)
+        img = img + self.img_self(x + img_pos, x + img_pos)
+        t = self.norm_txt_self(txt)
+        txt = txt + self.txt_self(t + txt_pos, t + txt_pos, txt_mask)
+        # Both cross-attentions read the streams as they are after self-attention.
+        qi, kt = self.norm_img_q(img) + img_pos, self.norm_txt_kv(txt) + txt_pos
+        qt, ki = self.norm_txt_q(txt) + txt_pos, self.norm_img_kv(img) + img_pos
+        img, txt = img + self.img_to_txt(qi, kt, txt_mask), txt + self.txt_to_img(qt, ki)
+        img = img + self.img_mlp(self.norm_img_mlp(img))
+        txt = txt + self.txt_mlp(self.norm_txt_mlp(txt))
+        return img, txt
+
+
+class FusionTrunk(nn.Module):
+    def __init__(self, image_dim: int, text_dim: int, dim: int = 128, depth: int = 2,
+                 num_heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.image_in = nn.Sequential(nn.LayerNorm(image_dim), nn.Linear(image_dim, dim))
+        self.text_in = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, dim))
+        self.mask_token = nn.Parameter(torch.zeros(dim))
+        nn.init.normal_(self.mask_token, std=0.02)
+        self.blocks = nn.ModuleList(
+            FusionBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
+        self.norm_img, self.norm_txt = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self._pos_cache: dict[tuple[int, int], torch.Tensor] = {}
+
+    @classmethod
+    def from_size(cls, size: str, image_dim: int, text_dim: int, **overrides) -> "FusionTrunk":
+        if size not in FUSION_SIZES:
+            raise KeyError(f"unknown fusion size '{size}'; choose one of "
+                           f"{', '.join(FUSION_SIZES)} (model.size in configs/model/*.yaml)")
+        known = set(asdict(FUSION_SIZES[size]))
+        unknown = set(overrides) - known
+        if unknown:
+            raise KeyError(f"unknown model.fusion key(s) {sorted(unknown)}; "
+                           f"allowed: {sorted(known)}")
+        cfg = replace(FUSION_SIZES[size], **overrides)
+        return cls(image_dim, text_dim, **asdict(cfg))
+
+    def grid_pos(self, grid: tuple[int, int], device: torch.device) -> torch.Tensor:
+        """Sin-cos table of the unit grid, [h*w, D] in raster order (cached per grid)."""
+        key = (int(grid[0]), int(grid[1]))
+        if key not in self._pos_cache:
+            table = torch.as_tensor(sincos_2d(key[0], key[1], self.dim), dtype=torch.float32)
+            self._pos_cache[key] = table.reshape(key[0] * key[1], self.dim)
+        return self._pos_cache[key].to(device)
+
+    def text_pos(self, boxes: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """The grid's sin-cos table sampled (bilinearly) at each token's box centre: [B,T,D]."""
+        h, w = grid
+        table = self.grid_pos(grid, boxes.device).T.reshape(1, self.dim, h, w)
+        centre = (boxes[..., :2] + boxes[..., 2:]).float() / (2 * LAYOUT_SCALE)  # x, y in 0..1
+        coords = centre * 2 - 1                                                  # grid_sample's -1..1
+        B, T = boxes.shape[:2]
+        sampled = F.grid_sample(table.expand(B, -1, -1, -1), coords.view(B, T, 1, 2),
+                                mode="bilinear", padding_mode="border", align_corners=False)
+        return sampled.view(B, self.dim, T).transpose(1, 2)
+
+    def forward(self, image_tokens: torch.Tensor, text_tokens: torch.Tensor,
+                text_boxes: torch.Tensor, grid: tuple[int, int],
+                image_idx: torch.Tensor | None = None, text_mask: torch.Tensor | None = None,
+                fill_masked: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fuse a page's image and text tokens.
+
+        image_tokens: [B,N,image_dim] for all units of `grid` in raster order, or [B,Nk,image_dim]
+                      for the units `image_idx` [B,Nk] only (sparse, e.g. the JEPA context).
+        text_tokens:  [B,T,text_dim]; text_boxes long [B,T,4] in 0..1000; text_mask bool [B,T]
+                      True where a real token (padding is never attended to).
+        Returns (image [B,N,D] — or [B,Nk,D] if sparse and not fill_masked —, text [B,T,D]).
+        """
+        B, n_in, _ = image_tokens.shape
+        N = int(grid[0]) * int(grid[1])
+        pos = self.grid_pos(grid, image_tokens.device)
+        img = self.image_in(image_tokens)
+        if image_idx is None:
+            if n_in != N:
+                raise ValueError(f"got {n_in} image tokens for a {grid[0]}x{grid[1]} unit grid; "
+                                 "pass image_idx for sparse tokens")
+            img_pos = pos.expand(B, N, self.dim)
+        elif fill_masked:
+            full = self.mask_token.to(img.dtype).expand(B, N, self.dim).clone()
+            img = full.scatter(1, image_idx[..., None].expand(-1, -1, self.dim), img)
+            img_pos = pos.expand(B, N, self.dim)
+        else:
+            img_pos = pos[image_idx]
+        txt = self.text_in(text_tokens)
+        txt_pos = self.text_pos(text_boxes, grid).to(txt.dtype)
+        if text_mask is not None:
+            text_mask = text_mask.bool()
+            # A page without any real token would give all -inf attention rows (NaN); let such
+            # rows attend to their first slot instead (its content is the [CLS]/pad embedding).
+            empty = ~text_mask.any(dim=1)
+            if empty.any():
+                text_mask = text_mask.clone()
+                text_mask[empty, 0] = True
+        # Positions go into the tokens once (so identical mask tokens differ from the start) and
+        # into every block's queries/keys.
+        img, txt = img + img_pos, txt + txt_pos
+        for block in self.blocks:
+            img, txt = block(img, txt, text_mask, img_pos, txt_pos)
+        return self.norm_img(img), self.norm_txt(txt)
