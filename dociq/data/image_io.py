@@ -1,4 +1,5 @@
-"""Load any page image file as uint8 [H, W, 3] RGB, or fail with a message naming the file.
+"""Load any page image file as uint8 [H, W, 3] RGB, or fail with a message naming the file;
+save page images and other files atomically (temp file + os.replace).
 
 Scans and exports come in every Pillow mode. The rules, chosen for documents:
 - transparency (RGBA, LA, PA, palette with a transparent index) is composited on white paper;
@@ -10,6 +11,8 @@ Scans and exports come in every Pillow mode. The rules, chosen for documents:
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -120,3 +123,33 @@ def _cmyk_to_rgb(img: Image.Image) -> Image.Image:
         except Exception:  # a broken embedded profile: fall back to the plain conversion below
             pass
     return img.convert("RGB")
+
+
+def save_page_image(image: np.ndarray, path: str | Path) -> Path:
+    """Write uint8 [H, W, 3] RGB losslessly (format from the suffix, PNG advised), atomically."""
+    path = Path(path)
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8), "RGB").save(
+        buf, format=Image.registered_extensions().get(path.suffix.lower(), "PNG"))
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write via a temp file in the same directory + os.replace: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))

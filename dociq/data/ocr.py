@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -24,6 +22,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import numpy as np
 
 from dociq.data.errors import BadSampleError
+from dociq.data.image_io import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
 
@@ -76,22 +75,6 @@ class OcrBackend(Protocol):
     def settings(self) -> dict: ...
 
     def recognise(self, image: np.ndarray) -> OcrWords: ...
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory + os.replace: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class OcrCache:
