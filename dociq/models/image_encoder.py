@@ -1,0 +1,195 @@
+"""The image encoder: timm's Hiera with named sizes, a sparse (mask-unit) forward for I-JEPA
+contexts, multi-scale maps for the mask decoder, and checkpoint loading across resolutions.
+
+Geometry: 4-px patches, 8x8-patch mask units (32 px), three 2x2 q-poolings, so each last-stage
+token is exactly one mask unit and `unit_grid` = (H/32, W/32). Unit index = row * grid_w + col.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from timm.layers import resample_abs_pos_embed
+from timm.models.hiera import Hiera, checkpoint_filter_fn
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+# Named sizes: Hiera constructor arguments (timm registry style). Overrides replace single fields.
+SIZES: dict[str, dict[str, Any]] = {
+    # CPU: trains at 256x256 in minutes; stage channels 32/64/128/256.
+    "tiny": dict(img_size=256, embed_dim=32, num_heads=1, stages=(1, 1, 2, 1)),
+    # Hiera-B+ (timm `hiera_base_plus_224` arguments) at 1024x1024, as SAM 2's image encoder.
+    "base": dict(img_size=1024, embed_dim=112, num_heads=2, stages=(2, 3, 16, 3)),
+}
+
+_HIERA_ARGS = set(inspect.signature(Hiera.__init__).parameters) - {"self", "num_classes", "device", "dtype"}
+_PREFIX = "hiera."
+
+
+def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    return (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+class ImageEncoder(nn.Module):
+    """Hiera trunk. `forward` -> last-stage tokens (final LayerNorm applied), one per mask unit in
+    raster order, or only the units in `keep_idx` (sparse forward: masked units are dropped before
+    the first block and their pixels zeroed, so kept tokens never see them).
+    `forward_multiscale` -> the four stage outputs as NCHW maps at strides 4/8/16/32 (no norm)."""
+
+    def __init__(self, **hiera_kwargs: Any) -> None:
+        super().__init__()
+        unknown = sorted(set(hiera_kwargs) - _HIERA_ARGS)
+        if unknown:
+            raise ValueError(f"unknown key(s) model.image_encoder.{unknown}: ImageEncoder takes timm Hiera "
+                             f"arguments, one of {sorted(_HIERA_ARGS)}")
+        hiera_kwargs["img_size"] = _pair(hiera_kwargs.get("img_size", 224))
+        self.hiera = Hiera(num_classes=0, **hiera_kwargs)
+        h = self.hiera
+        if len(h.stage_ends) != 4 or h.q_pool != 3 or \
+                tuple(h.mask_unit_size) != tuple(s ** h.q_pool for s in h.q_stride):
+            raise ValueError("model.image_encoder: need 4 stages, q_pool=3 and mask_unit_size = q_stride**3 "
+                             "so that one last-stage token is one mask unit; got stages="
+                             f"{len(h.stage_ends)}, q_pool={h.q_pool}, mask_unit_size={h.mask_unit_size}")
+        self.image_size: tuple[int, int] = hiera_kwargs["img_size"]
+        self.unit_px = int(h.patch_stride[0] * h.mask_unit_size[0])
+        if any(s % self.unit_px for s in self.image_size):
+            raise ValueError(f"model.image_size={self.image_size} must be a multiple of the {self.unit_px}-px "
+                             "mask unit")
+        self.unit_grid: tuple[int, int] = tuple(int(s) for s in h.mask_spatial_shape)  # type: ignore[assignment]
+        self.num_units = math.prod(self.unit_grid)
+        self.stage_dims: list[int] = [int(f["num_chs"]) for f in h.feature_info]
+        self.embed_dim = int(h.num_features)
+
+    @classmethod
+    def from_size(cls, size: str, img_size: int | None = None, checkpoint_path: str | Path | None = None,
+                  **overrides: Any) -> "ImageEncoder":
+        if size not in SIZES:
+            raise KeyError(f"unknown image encoder size '{size}' (model.size); choose one of {sorted(SIZES)}")
+        kwargs = {**SIZES[size], **overrides}
+        if img_size is not None:
+            kwargs["img_size"] = img_size
+        encoder = cls(**kwargs)
+        if checkpoint_path is not None:
+            encoder.load_checkpoint(checkpoint_path)
+        return encoder
+
+    def _check_image(self, image: torch.Tensor) -> None:
+        if image.dim() != 4 or image.shape[1] != 3 or tuple(image.shape[2:]) != self.image_size:
+            raise ValueError(f"ImageEncoder expects images [B,3,{self.image_size[0]},{self.image_size[1]}], got "
+                             f"{tuple(image.shape)}: resize the pages or set model.image_size")
+
+    def keep_mask(self, keep_idx: torch.Tensor) -> torch.Tensor:
+        """Long [B, Nk] unit indices -> bool [B, num_units] (True = keep, Hiera's convention)."""
+        if keep_idx.dim() != 2 or keep_idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"keep_idx must be an integer tensor [B, Nk], got {keep_idx.dtype} {tuple(keep_idx.shape)}")
+        if keep_idx.numel() and (int(keep_idx.min()) < 0 or int(keep_idx.max()) >= self.num_units):
+            raise ValueError(f"keep_idx holds unit indices outside [0, {self.num_units}) for the "
+                             f"{self.unit_grid} unit grid")
+        mask = torch.zeros(keep_idx.shape[0], self.num_units, dtype=torch.bool, device=keep_idx.device)
+        mask.scatter_(1, keep_idx.long(), True)
+        if (mask.sum(1) != keep_idx.shape[1]).any():
+            raise ValueError("keep_idx repeats a unit within a row; every row needs Nk distinct units")
+        return mask
+
+    def forward(self, image: torch.Tensor, keep_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """[B,3,H,W] -> [B, num_units, embed_dim], or [B, Nk, embed_dim] with out[:, j] the token of
+        unit keep_idx[:, j] when `keep_idx` is given."""
+        self._check_image(image)
+        if keep_idx is None:
+            return self.hiera.head.norm(self.hiera.forward_features(image))
+        tokens = self.hiera.forward_features(image, mask=self.keep_mask(keep_idx))  # ascending unit order
+        rank = keep_idx.argsort(1).argsort(1)  # where each requested unit sits in ascending order
+        tokens = tokens.gather(1, rank.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+        return self.hiera.head.norm(tokens)
+
+    def forward_multiscale(self, image: torch.Tensor) -> list[torch.Tensor]:
+        """Four NCHW maps [B, stage_dims[i], H/s, W/s] for s = 4, 8, 16, 32."""
+        self._check_image(image)
+        return self.hiera.forward_intermediates(image, intermediates_only=True, output_fmt="NCHW")
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Load a timm/original Hiera checkpoint, an encoder state dict, or any dociq Lightning
+        checkpoint with `image_encoder.*` weights; position embeddings are resized to this
+        encoder's resolution. Missing keys raise; unexpected keys are logged."""
+        self.load_encoder_state_dict(load_image_encoder_from_checkpoint(path), source=str(path))
+
+    def load_encoder_state_dict(self, state_dict: dict[str, torch.Tensor], source: str = "state dict") -> None:
+        state_dict = dict(state_dict)
+        own = self.state_dict()
+        for key in [k for k in state_dict if k.startswith(_PREFIX + "head.fc.")]:
+            log.info("%s: dropping classifier weight %s (the encoder has no classifier)", source, key)
+            del state_dict[key]
+        for key, value in list(state_dict.items()):
+            if key in own and key.startswith(_PREFIX + "pos_embed") and value.shape != own[key].shape:
+                state_dict[key] = resize_pos_embed(value, own[key].shape, self.hiera.tokens_spatial_shape, key)
+        mismatched = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+                      for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
+        if mismatched:
+            raise ValueError(f"{source}: shapes differ from model.image_encoder (size/overrides wrong?): "
+                             + "; ".join(mismatched[:5]))
+        result = self.load_state_dict(state_dict, strict=False)
+        if result.unexpected_keys:
+            log.warning("%s: %d unexpected image-encoder keys ignored: %s", source,
+                        len(result.unexpected_keys), result.unexpected_keys[:10])
+        if result.missing_keys:
+            raise KeyError(f"{source}: missing image-encoder keys {result.missing_keys[:10]} "
+                           f"({len(result.missing_keys)} in all): the checkpoint is not a Hiera of this "
+                           "size; pick the matching model.size / model.image_encoder overrides")
+        log.info("loaded image encoder from %s (%d tensors)", source, len(state_dict))
+
+
+def resize_pos_embed(value: torch.Tensor, shape: torch.Size, token_grid: list[int], key: str) -> torch.Tensor:
+    """Resize a Hiera position embedding to `shape`: flat [1, N, C] tables (standard Hiera) are
+    reshaped to their square source grid and resampled bicubically; NCHW tables (abs-win Hiera)
+    are interpolated directly."""
+    if value.dim() == 4:
+        return F.interpolate(value, size=tuple(shape[-2:]), mode="bicubic", align_corners=False)
+    side = math.isqrt(value.shape[1])
+    if value.dim() != 3 or side * side != value.shape[1] or value.shape[2] != shape[2]:
+        raise ValueError(f"cannot resize {key} {tuple(value.shape)} to {tuple(shape)}: only square source grids "
+                         "with the same channel count can be interpolated")
+    log.info("resizing %s from a %dx%d to a %dx%d token grid", key, side, side, *token_grid)
+    return resample_abs_pos_embed(value, new_size=list(token_grid), old_size=[side, side], num_prefix_tokens=0)
+
+
+def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """The image-encoder state dict (keys `hiera.*`, as `ImageEncoder.state_dict()`) from:
+    a Lightning checkpoint of any dociq stage (keys `image_encoder.*` under `state_dict`),
+    an `ImageEncoder.state_dict()`, or a timm / original Hiera state dict (optionally under
+    `model_state` or `model`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image encoder checkpoint {path} does not exist: set init.image_encoder "
+                                "to a .ckpt/.pth file (or null)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # corrupt file, pickle with objects, ...
+        raise ValueError(f"cannot read image encoder checkpoint {path}: {err}") from err
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path}: expected a state dict, got {type(checkpoint).__name__}")
+    if "state_dict" in checkpoint:  # Lightning
+        prefix = "image_encoder."
+        weights = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+        if not weights:
+            prefixes = sorted({k.split(".")[0] for k in checkpoint["state_dict"]})
+            raise KeyError(f"{path}: Lightning checkpoint has no '{prefix}*' weights (top-level modules: "
+                           f"{prefixes}); pass a checkpoint of a stage that trains the image encoder")
+        return weights
+    for nested in ("model_state", "model"):
+        if isinstance(checkpoint.get(nested), dict):
+            checkpoint = checkpoint[nested]
+            break
+    tensors = {k: v for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise ValueError(f"{path}: no tensors found; expected a Hiera/ImageEncoder state dict")
+    if all(k.startswith(_PREFIX) for k in tensors):
+        return tensors
+    return {_PREFIX + k: v for k, v in checkpoint_filter_fn(tensors).items()}
