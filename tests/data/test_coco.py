@@ -83,10 +83,14 @@ def test_round_trip_hand_built_pages(tmp_path):
 
 
 def test_round_trip_synthetic_pages(tmp_path):
-    synthetic = pytest.importorskip("dociq.data.synthetic", reason="dociq/data/synthetic.py not written yet")
-    source = synthetic.SyntheticDocuments(num_pages=2, image_size=128, seed=3)
-    pages = [source[i] for i in range(len(source))]
+    from dociq.data.synthetic import SyntheticDocuments
+
+    # degraded pages too: their rotated masks are no rectangles and their boxes not integers
+    pages = [SyntheticDocuments(num_pages=2, image_size=160, seed=3, degrade=d)[i]
+             for d in (False, True) for i in range(2)]
+    assert sum(len(p.questions) for p in pages) > 0 and sum(len(p.words) for p in pages) > 0
     ds = CocoDocuments(write_coco(pages, tmp_path / "syn"))
+    assert len(ds) == 4
     for original, page in zip(pages, ds):
         assert_same_page(original, page)
 
