@@ -51,7 +51,8 @@ def encode_mask(mask: np.ndarray) -> dict:
     return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
-def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path) -> np.ndarray | None:
+def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path,
+                        tolerance: float = BOX_OVERSHOOT_TOLERANCE) -> np.ndarray | None:
     """Polygons / uncompressed RLE / compressed RLE -> bool [H, W]; None when there is no shape.
 
     `where` names the annotation in errors; polygons further outside the page than the overshoot
@@ -70,7 +71,7 @@ def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path
             return None
         xy = np.concatenate(polys).reshape(-1, 2)
         check_box_in_page([xy[:, 0].min(), xy[:, 1].min(), xy[:, 0].max(), xy[:, 1].max()],
-                          size, path, f"{where} (polygon extent)")
+                          size, path, f"{where} (polygon extent)", tolerance)
         rles = mask_util.frPyObjects([p.tolist() for p in polys], h, w)
         rle = mask_util.merge(rles)
     elif isinstance(segm, dict) and "counts" in segm and "size" in segm:
@@ -349,7 +350,8 @@ class CocoDocuments(Dataset):
                     f"{what} has category id {cat!r}, which is not in 'categories' "
                     f"(known ids: {sorted(self.categories, key=str)})",
                     f"add the category or fix the annotation, {_SKIP_HINT}")
-            mask = decode_segmentation(ann.get("segmentation"), size, what, self.annotation_file)
+            mask = decode_segmentation(ann.get("segmentation"), size, what, self.annotation_file,
+                                       self.box_tolerance)
             if "bbox" in ann:
                 x, y, bw, bh = [float(v) for v in ann["bbox"]]
                 box = check_box_in_page([x, y, x + bw, y + bh], size, self.annotation_file, what,

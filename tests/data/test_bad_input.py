@@ -2,6 +2,7 @@
 and unreadable files raise a BadSampleError that names the file and the fix."""
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -184,3 +185,141 @@ def test_policy_skip_records_once_and_warns(caplog):
         BadSamplePolicy("raise").run(0, bad)
     with pytest.raises(ValueError, match="on_bad_sample"):
         BadSamplePolicy("ignore")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad pages in a COCO data set: each raises naming the file, or with on_bad_sample="skip" reads
+# as None, is logged with file + reason and listed in dataset.bad_samples
+
+from dociq.data.coco import CocoDocuments  # noqa: E402
+
+
+def _coco(tmp_path, pages):
+    """Write a COCO JSON with one image entry per dict in `pages` (keys: file, image, words, anns)."""
+    images, anns = [], []
+    for i, p in enumerate(pages, 1):
+        if p.get("image") is not None:
+            Image.fromarray(p["image"]).save(tmp_path / p["file"])
+        images.append({"id": i, "file_name": p["file"], "width": 100, "height": 50,
+                       "words": p.get("words", [{"text": "word", "bbox": [5, 5, 20, 8]}])})
+        for a in p.get("anns", [{"bbox": [10, 10, 30, 20]}]):
+            anns.append({"id": len(anns) + 100, "image_id": i, "category_id": a.get("cat", 1),
+                         "bbox": a["bbox"], "segmentation": a.get("seg", []), "area": 1, "iscrowd": 0})
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns,
+                                "categories": [{"id": 1, "name": "table"}]}))
+    return path
+
+
+WHITE = np.full((50, 100, 3), 255, np.uint8)
+
+
+def _assert_skipped(path, tmp_path, caplog, index, file_part, reason_part):
+    ds = CocoDocuments(path, image_dir=tmp_path, on_bad_sample="skip")
+    with caplog.at_level(logging.WARNING, logger="dociq.data"):
+        assert ds[index] is None
+    assert len(ds.bad_samples) == 1
+    bad = ds.bad_samples[0]
+    assert bad.index == index and file_part in bad.path and reason_part in bad.reason
+    assert any(file_part in r.getMessage() and reason_part in r.getMessage() for r in caplog.records)
+    return ds
+
+
+def test_coco_missing_image_file(tmp_path, caplog):
+    path = _coco(tmp_path, [{"file": "ok.png", "image": WHITE}, {"file": "gone.png", "image": None}])
+    ds = CocoDocuments(path, image_dir=tmp_path)
+    assert ds[0] is not None
+    with pytest.raises(BadSampleError, match=r"gone\.png: image file not found\. Fix: check"):
+        ds[1]
+    ds = _assert_skipped(path, tmp_path, caplog, 1, "gone.png", "not found")
+    assert ds[0] is not None and len(ds.bad_samples) == 1  # good pages still load
+
+
+def test_coco_box_outside_the_page_names_file_annotation_and_box(tmp_path, caplog):
+    path = _coco(tmp_path, [{"file": "p.png", "image": WHITE, "anns": [{"bbox": [60, 10, 80, 20]}]}])
+    with pytest.raises(BadSampleError) as info:
+        CocoDocuments(path, image_dir=tmp_path)[0]
+    msg = str(info.value)
+    assert "annotations.json" in msg and "p.png" in msg and "annotation id 100" in msg
+    assert "[60.0, 10.0, 140.0, 30.0]" in msg and "outside the 100x50 page" in msg
+    _assert_skipped(path, tmp_path, caplog, 0, "annotations.json", "annotation id 100")
+
+
+def test_coco_small_overshoot_is_clipped(tmp_path):
+    path = _coco(tmp_path, [{"file": "p.png", "image": WHITE,
+                             "anns": [{"bbox": [-0.8, 10, 100.9 - -0.8, 20],
+                                       "seg": [[-0.8, 10, 100.9, 10, 100.9, 30, -0.8, 30]]}]}])
+    region = CocoDocuments(path, image_dir=tmp_path)[0].regions[0]
+    np.testing.assert_allclose(region.box, [0, 10, 100, 30])
+    assert region.mask.shape == (50, 100) and region.mask[15].all()
+
+
+def test_coco_polygon_outside_the_page(tmp_path):
+    path = _coco(tmp_path, [{"file": "p.png", "image": WHITE,
+                             "anns": [{"bbox": [10, 10, 20, 20], "seg": [[10, 10, 30, 10, 30, 90, 10, 90]]}]}])
+    with pytest.raises(BadSampleError, match=r"annotation id 100 .*polygon extent.*outside"):
+        CocoDocuments(path, image_dir=tmp_path)[0]
+
+
+def test_coco_page_without_words(tmp_path, caplog):
+    path = _coco(tmp_path, [{"file": "blank.png", "image": WHITE, "words": []}])
+    with pytest.raises(BadSampleError) as info:
+        CocoDocuments(path, image_dir=tmp_path)[0]
+    msg = str(info.value)
+    assert "blank.png" in msg and "no words" in msg and "ocr='tesseract'" in msg
+    _assert_skipped(path, tmp_path, caplog, 0, "blank.png", "no words")
+    assert CocoDocuments(path, image_dir=tmp_path, require_words=False)[0].words == []
+
+
+def test_coco_truncated_and_non_image_files(tmp_path, caplog):
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (50, 100, 3), dtype=np.uint8)).save(tmp_path / "f.png")
+    (tmp_path / "cut.png").write_bytes((tmp_path / "f.png").read_bytes()[:300])
+    (tmp_path / "text.png").write_text("hello")
+    path = _coco(tmp_path, [{"file": "cut.png"}, {"file": "text.png"}])
+    ds = CocoDocuments(path, image_dir=tmp_path)
+    with pytest.raises(BadSampleError, match=r"cut\.png: image file is truncated or corrupt"):
+        ds[0]
+    with pytest.raises(BadSampleError, match=r"text\.png: not an image"):
+        ds[1]
+    ds = CocoDocuments(path, image_dir=tmp_path, on_bad_sample="skip")
+    with caplog.at_level(logging.WARNING, logger="dociq.data"):
+        assert ds[0] is None and ds[1] is None
+    assert [(b.index, b.path.endswith(n)) for b, n in zip(ds.bad_samples, ["cut.png", "text.png"])] == \
+        [(0, True), (1, True)]
+
+
+def test_coco_unknown_category_id(tmp_path, caplog):
+    path = _coco(tmp_path, [{"file": "p.png", "image": WHITE, "anns": [{"bbox": [1, 1, 5, 5], "cat": 9}]}])
+    with pytest.raises(BadSampleError) as info:
+        CocoDocuments(path, image_dir=tmp_path)[0]
+    msg = str(info.value)
+    assert "annotation id 100" in msg and "category id 9" in msg and "known ids: [1]" in msg
+    _assert_skipped(path, tmp_path, caplog, 0, "annotations.json", "category id 9")
+
+
+def test_coco_size_mismatch_and_annotation_for_unknown_image(tmp_path):
+    path = _coco(tmp_path, [{"file": "p.png", "image": np.full((60, 100, 3), 255, np.uint8)}])
+    with pytest.raises(BadSampleError, match=r"p\.png: image is 100x60 \(WxH\) but annotations.json says 100x50"):
+        CocoDocuments(path, image_dir=tmp_path)[0]
+    data = json.loads(path.read_text())
+    data["annotations"].append({"id": 555, "image_id": 42, "category_id": 1, "bbox": [0, 0, 1, 1]})
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadSampleError, match="annotation id 555 refers to image id 42"):
+        CocoDocuments(path, image_dir=tmp_path)
+    assert [b.index for b in CocoDocuments(path, image_dir=tmp_path, on_bad_sample="skip").bad_samples] == [None]
+
+
+def test_coco_broken_annotation_file_names_it(tmp_path):
+    with pytest.raises(BadSampleError, match="annotation file not found"):
+        CocoDocuments(tmp_path / "missing.json")
+    half = tmp_path / "half.json"
+    half.write_text('{"images": [{"id": 1, "file_')
+    with pytest.raises(BadSampleError, match=r"half\.json: annotation file is not valid JSON"):
+        CocoDocuments(half)
+
+
+def test_coco_validate_lists_every_bad_page(tmp_path):
+    path = _coco(tmp_path, [{"file": "ok.png", "image": WHITE}, {"file": "gone.png", "image": None},
+                            {"file": "blank.png", "image": WHITE, "words": []}])
+    bad = CocoDocuments(path, image_dir=tmp_path).validate()
+    assert [(b.index, b.path.rsplit("/", 1)[-1]) for b in bad] == [(1, "gone.png"), (2, "blank.png")]
