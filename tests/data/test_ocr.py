@@ -155,3 +155,79 @@ def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch)
     assert cached.words == words.words
     np.testing.assert_array_equal(cached.boxes, words.boxes)
     np.testing.assert_array_equal(cached.confidences, words.confidences)
+
+
+# ---------------------------------------------------------------------------------------------
+# the backends behind CocoDocuments(ocr=...)
+
+from dociq.data.coco import CocoDocuments  # noqa: E402
+
+
+def _coco_for(tmp_path, file_name, width, height):
+    ann = {"images": [{"id": 1, "file_name": file_name, "width": width, "height": height}],
+           "categories": [{"id": 1, "name": "Text"}],
+           # the first line's area in pixels of the annotated size (pdf points x width/PAGE_W)
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1,
+                            "bbox": [15 * width / PAGE_W, 20 * height / PAGE_H,
+                                     200 * width / PAGE_W, 40 * height / PAGE_H]}]}
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps(ann))
+    return path
+
+
+def test_coco_pages_that_are_pdfs_use_the_text_layer(tmp_path, pdf_path):
+    ann = _coco_for(tmp_path, pdf_path.name, width=450, height=300)  # 1.5 px per point
+    page = CocoDocuments(ann, image_dir=tmp_path, ocr="pdf")[0]
+    assert page.image.shape == (300, 450, 3)
+    assert page.words == ["Hello", "World", "Invoice", "2024"]
+    assert abs(page.word_boxes[0, 0] - 20 * 1.5) < 3
+    assert page.regions[0].word_ids == [0, 1] and page.regions[0].text == "Hello World"
+    with pytest.raises(BadSampleError, match="no words.*ocr='tesseract'"):
+        CocoDocuments(ann, image_dir=tmp_path)[0]  # groundtruth: the annotation has no words
+
+
+def test_coco_png_pages_find_their_pdf_in_pdf_dir(tmp_path, pdf_path):
+    from PIL import Image
+
+    images = tmp_path / "png"
+    images.mkdir()
+    rendered = PdfTextLayer(dpi=72).render(pdf_path)  # 300 x 200 pixels
+    Image.fromarray(rendered).save(images / "page.png")
+    ann = _coco_for(tmp_path, "page.png", width=PAGE_W, height=PAGE_H)
+    page = CocoDocuments(ann, image_dir=images, pdf_dir=tmp_path, ocr="pdf")[0]
+    assert page.words == ["Hello", "World", "Invoice", "2024"]
+    assert abs(page.word_boxes[0, 0] - 20) < 2 and abs(page.word_boxes[0, 3] - 50) < 2
+    with pytest.raises(BadSampleError, match=r"page\.pdf: ocr='pdf' needs the page's PDF"):
+        CocoDocuments(ann, image_dir=images, ocr="pdf")[0]
+
+
+@needs_tesseract
+def test_coco_with_tesseract(tmp_path, pdf_path):
+    from PIL import Image
+
+    Image.fromarray(PdfTextLayer(dpi=144).render(pdf_path)).save(tmp_path / "scan.png")
+    ann = _coco_for(tmp_path, "scan.png", width=600, height=400)
+    page = CocoDocuments(ann, image_dir=tmp_path, ocr="tesseract",
+                         ocr_options={"psm": 11}, ocr_cache_dir=tmp_path / "cache")[0]
+    assert page.words == ["Hello", "World", "Invoice", "2024"]
+    assert page.regions[0].text == "Hello World"
+
+
+def test_coco_with_a_custom_backend_rescales_its_boxes(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.full((400, 600, 3), 255, np.uint8)).save(tmp_path / "scan.png")
+    ann = _coco_for(tmp_path, "scan.png", width=600, height=400)
+
+    class Fixed:
+        name = "fixed"
+
+        def settings(self):
+            return {}
+
+        def recognise(self, image):  # boxes at half resolution: the data set rescales them
+            return OcrWords(["x"], np.array([[10, 10, 20, 20]]), (image.shape[0] // 2, image.shape[1] // 2))
+
+    page = CocoDocuments(ann, image_dir=tmp_path, ocr=Fixed())[0]
+    assert page.words == ["x"]
+    np.testing.assert_allclose(page.word_boxes, [[20, 20, 40, 40]])
