@@ -20,7 +20,7 @@ from .schema import Page, Question, Region
 from .synthetic_content import page_faker
 from .synthetic_layout import layout_page
 from .synthetic_questions import make_questions
-from .synthetic_render import region_mask, render_image
+from .synthetic_render import region_masks, render_image
 
 MIN_SIDE = 128  # below this the body text no longer fits a line of words
 
@@ -61,15 +61,17 @@ def generate_page(index: int, seed: int = 0, image_size: int | Sequence[int] = 5
     fake = page_faker(s)
     draft = layout_page(rng, fake, height, width, page_number=rng.randint(1, 40))
     image = render_image(draft, rng)
-    masks = [region_mask(r, height, width) for r in draft.regions]
+    masks = region_masks(draft.regions, height, width)
     regions = [Region(label=r.label, box=np.asarray(r.box, dtype=np.float32), mask=m,
                       text=draft.region_text(i), word_ids=list(r.word_ids))
                for i, (r, m) in enumerate(zip(draft.regions, masks))]
+    asked = make_questions(draft, rng, questions_per_page)
+    question_masks = np.zeros((len(asked), height, width), dtype=bool)
     questions = []
-    for text, kind, ids in make_questions(draft, rng, questions_per_page):
-        mask = np.zeros((height, width), dtype=bool)
-        for i in ids:
-            mask |= masks[i]
+    for (text, kind, ids), mask in zip(asked, question_masks):
+        for i in ids:  # union over each region's box window only
+            x0, y0, x1, y1 = draft.regions[i].box
+            mask[y0:y1, x0:x1] |= masks[i, y0:y1, x0:x1]
         questions.append(Question(text=text, kind=kind, mask=mask, region_ids=ids))
     page = Page(
         image=image,

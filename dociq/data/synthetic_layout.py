@@ -175,14 +175,15 @@ class Builder:
         ys = [y + r * row_h for r in range(len(data.rows) + 2)]
         if ys[-1] >= bottom:
             return None
+        aligns = ["left"] + [self.rng.choice(["left", "right"]) for _ in widths[1:]]
         cells: list[list[int]] = []
         for r, row in enumerate([data.header] + data.rows):
             cells.append([])
             for c, text in enumerate(row):
                 f = head_font if r == 0 else font
                 lines = self.d.lines(text, f, widths[c] - 2 * pad)[:1]
-                align = "left" if c == 0 else self.rng.choice(["left", "right"])
-                ids, _ = self.d.place_lines(lines, f, xs[c] + pad, ys[r] + pad, widths[c] - 2 * pad, self.s.ink, align)
+                ids, _ = self.d.place_lines(lines, f, xs[c] + pad, ys[r] + pad, widths[c] - 2 * pad, self.s.ink,
+                                            aligns[c])
                 cells[-1].append(self.d.region("table_cell", ids, box=(xs[c], ys[r], xs[c + 1], ys[r + 1])))
         table_ids = [i for row in cells for c in row for i in self.d.regions[c].word_ids]
         table = self.d.region("table", table_ids, box=(xs[0], ys[0], xs[-1] + 1, ys[-1] + 1))
@@ -331,20 +332,21 @@ class Builder:
 
 
 # Relative odds that a page carries each optional block.
-EXTRA_BLOCKS = (("form", 0.65), ("table", 0.6), ("figure", 0.45), ("form", 0.25), ("table", 0.2))
+EXTRA_BLOCKS = (("form", 0.65), ("table", 0.6), ("figure", 0.5), ("form", 0.25), ("table", 0.2),
+                ("stamp", 0.25), ("signatures", 0.2))
 
 
 def block_plan(rng: random.Random) -> list[str]:
     """The order in which blocks are tried: sections of heading + text, with forms, tables and
     figures between sections, and stamp/signatures towards the end."""
     sections = []
-    for _ in range(rng.randint(2, 4)):
-        sections.append(["heading"] + rng.choices(["paragraph", "paragraph", "list"], k=rng.randint(1, 3)))
+    for _ in range(rng.randint(1, 3)):
+        sections.append(["heading"] + rng.choices(["paragraph", "paragraph", "list"], k=rng.randint(1, 2)))
     for kind, p in EXTRA_BLOCKS:
         if rng.random() < p:
             sections.insert(rng.randint(0, len(sections)), [kind])
     plan = [b for section in sections for b in section]
-    tail = [k for k, p in (("signatures", 0.4), ("stamp", 0.4)) if rng.random() < p]
+    tail = [k for k, p in (("signatures", 0.35), ("stamp", 0.35)) if rng.random() < p]
     rng.shuffle(tail)
     return plan + tail + ["paragraph"] * 2  # trailing paragraphs fill what space is left
 

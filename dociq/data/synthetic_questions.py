@@ -3,7 +3,8 @@
 Kinds (see schema.QUESTION_KINDS):
   layout  - "segment the table", "all section headings": the union of a class's regions
   reading - need the text: "where is the date of birth of <name>?", "which paragraph mentions
-            <word>?" (a word in exactly one paragraph), "where did <name> sign?"
+            <word>?" (a word in exactly one paragraph; likewise bullet points), "where does the
+            section <heading> start?", "where did <name> sign?"
   cell    - "what is the <column header> of <row key>?": one table cell
   link    - "which value belongs to the field '<key>'?": the value linked to a unique form key
 """
@@ -34,7 +35,7 @@ LAYOUT_PHRASES = {
     "signature": (["find the signature", "where is the signature?"], ["all signatures", "find every signature"]),
 }
 
-_WORD = re.compile(r"[A-Za-z]{5,}")
+_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{5,}(?![A-Za-z])")
 
 
 def _layout(draft: Draft, rng: random.Random) -> list[tuple[str, list[int]]]:
@@ -59,22 +60,39 @@ def _reading(draft: Draft, rng: random.Random) -> list[tuple[str, list[int]]]:
         for label, (_key, value) in form.fields.items():
             if label != "Name":
                 out.append((f"where is the {label.lower()} of {form.person}?", [value]))
-    # A word that occurs in exactly one paragraph (case-insensitive) identifies it.
-    paragraphs = [i for i, r in enumerate(draft.regions) if r.label == "paragraph"]
-    seen_in: dict[str, set[int]] = defaultdict(set)
-    spelling: dict[str, str] = {}
-    for p in paragraphs:
-        for token in _WORD.findall(draft.region_text(p)):
-            seen_in[token.lower()].add(p)
-            spelling.setdefault(token.lower(), token)
-    unique = sorted(w for w, ps in seen_in.items() if len(ps) == 1)
-    for word in rng.sample(unique, k=min(3, len(unique))):
-        out.append((f"which paragraph mentions \u201c{spelling[word]}\u201d?", sorted(seen_in[word])))
+    # A word that occurs in exactly one paragraph (or bullet point) identifies it.
+    for label, noun in (("paragraph", "paragraph"), ("list_item", "bullet point")):
+        out.extend(_mentions(draft, rng, label, noun))
+    headings = [i for i, r in enumerate(draft.regions) if r.label == "section_heading"]
+    titles = Counter(_strip_number(draft.region_text(i)) for i in headings)
+    for i in headings:
+        text = _strip_number(draft.region_text(i))
+        if titles[text] == 1 and len(text) > 3:
+            out.append((f"where does the section \u201c{text}\u201d start?", [i]))
     signers = Counter(name for name, _ in draft.signatures)
     for name, region in draft.signatures:
         if signers[name] == 1 and name:
             out.append((f"where did {name} sign?", [region]))
     return out
+
+
+def _strip_number(heading: str) -> str:
+    return re.sub(r"^\d+\.\s*", "", heading)
+
+
+def _mentions(draft: Draft, rng: random.Random, label: str, noun: str) -> list[tuple[str, list[int]]]:
+    """'which <noun> mentions <word>?' for up to three words found in exactly one region of `label`
+    (case-insensitive, whole words)."""
+    seen_in: dict[str, set[int]] = defaultdict(set)
+    spelling: dict[str, str] = {}
+    for i, r in enumerate(draft.regions):
+        if r.label == label:
+            for token in _WORD.findall(draft.region_text(i)):
+                seen_in[token.lower()].add(i)
+                spelling.setdefault(token.lower(), token)
+    unique = sorted(w for w, ids in seen_in.items() if len(ids) == 1)
+    return [(f"which {noun} mentions \u201c{spelling[w]}\u201d?", sorted(seen_in[w]))
+            for w in rng.sample(unique, k=min(3, len(unique)))]
 
 
 def _cells(draft: Draft) -> list[tuple[str, list[int]]]:

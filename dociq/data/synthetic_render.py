@@ -30,26 +30,39 @@ def render_image(draft: Draft, rng: random.Random) -> np.ndarray:
             draw.line(s.xy, fill=s.color, width=s.width, joint="curve" if s.width > 1 else None)
         else:
             raise ValueError(f"unknown shape kind {s.kind!r}")
-    pixels = np.array(image, dtype=np.uint8)
+    # Words: one alpha plane per ink colour, then one C-level paste per colour. Words never overlap,
+    # so max() of the planes is exact, and this is ~10x faster than blending word by word.
+    planes: dict[tuple[int, int, int], np.ndarray] = {}
     for w in draft.words:
         alpha, _ = word_glyph(w.font, w.text)
-        x0, y0, x1, y1 = w.box
         if alpha.size == 0:
             continue
+        x0, y0, x1, y1 = w.box
         # Clip the glyph to the page (boxes are inside by construction; this guards rounding).
         cx0, cy0, cx1, cy1 = max(x0, 0), max(y0, 0), min(x1, draft.width), min(y1, draft.height)
         if cx0 >= cx1 or cy0 >= cy1:
             continue
-        a = alpha[cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0, None].astype(np.uint16)
-        patch = pixels[cy0:cy1, cx0:cx1]
-        color = np.asarray(w.color, dtype=np.uint16)
-        patch[:] = ((patch * (255 - a) + color * a + 127) // 255).astype(np.uint8)
-    return pixels
+        plane = planes.get(w.color)
+        if plane is None:
+            plane = planes[w.color] = np.zeros((draft.height, draft.width), dtype=np.uint8)
+        window = plane[cy0:cy1, cx0:cx1]
+        np.maximum(window, alpha[cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0], out=window)
+    for color, plane in planes.items():
+        image.paste(color, (0, 0), Image.fromarray(plane))
+    return np.asarray(image).copy()
 
 
-def region_mask(region: DraftRegion, height: int, width: int) -> np.ndarray:
-    """bool [H, W]: the filled box, or the ellipse inscribed in it (round stamps)."""
-    mask = np.zeros((height, width), dtype=bool)
+def region_masks(regions: list[DraftRegion], height: int, width: int) -> np.ndarray:
+    """bool [R, H, W], one mask per region, in one allocation (per-mask np.zeros of a page-sized
+    array cost more than all the drawing)."""
+    masks = np.zeros((len(regions), height, width), dtype=bool)
+    for mask, region in zip(masks, regions):
+        fill_region(mask, region)
+    return masks
+
+
+def fill_region(mask: np.ndarray, region: DraftRegion) -> None:
+    """Set the region's pixels: the filled box, or the ellipse inscribed in it (round stamps)."""
     x0, y0, x1, y1 = region.box
     if region.shape == "box":
         mask[y0:y1, x0:x1] = True
@@ -59,4 +72,3 @@ def region_mask(region: DraftRegion, height: int, width: int) -> np.ndarray:
         mask[y0:y1, x0:x1] = ys[:, None] ** 2 + xs[None, :] ** 2 <= 1.0
     else:
         raise ValueError(f"unknown region shape {region.shape!r}")
-    return mask
