@@ -175,7 +175,7 @@ class CocoDocuments(Dataset):
                        `pdf_dir/<image stem>.pdf`, or of the page itself when it is a PDF), or a
                        backend object (see `dociq.data.ocr`).
     on_bad_sample:     "raise" or "skip" (then `__getitem__` returns None for that page).
-    category_questions: "auto" (only for pages without stored questions), True, or False.
+    category_questions: "auto" (only for pages without a "questions" field), True, or False.
     require_words:     a page without words is a bad sample (the text encoder needs them).
     """
 
@@ -409,7 +409,9 @@ class CocoDocuments(Dataset):
                 for i in region_ids:
                     mask |= regions[i].mask
             out.append(Question(str(q["text"]), kind, mask, region_ids))
-        if self.category_questions is True or (self.category_questions == "auto" and not stored):
+        # "auto": pages whose entry has no "questions" key (DocLayNet, PubLayNet) get category
+        # questions; an explicit list, even an empty one, is taken as the page's questions.
+        if self.category_questions is True or (self.category_questions == "auto" and "questions" not in entry):
             out.extend(category_questions(regions, size))
         return out
 

@@ -4,7 +4,8 @@ save page images and other files atomically (temp file + os.replace).
 Scans and exports come in every Pillow mode. The rules, chosen for documents:
 - transparency (RGBA, LA, PA, palette with a transparent index) is composited on white paper;
 - 16-bit grey (I;16*) is rescaled by its full range (65535 -> 255), never clipped; 32-bit
-  integer and float pages are rescaled by the range their values use;
+  integer pages whose values fit 0..65535 likewise (0..255 if they fit that), float pages in
+  0..1 by 255, anything else by the min..max range its values use;
 - CMYK goes through its embedded ICC profile when there is one, else Pillow's conversion;
 - EXIF orientation is applied, so the pixels are upright as a viewer shows them.
 """

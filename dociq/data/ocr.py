@@ -126,7 +126,6 @@ class TesseractOCR:
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None):
         import pytesseract
 
-        self._pytesseract = pytesseract
         self.lang, self.psm, self.min_conf = lang, int(psm), float(min_conf)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -148,9 +147,9 @@ class TesseractOCR:
         return self.cache.get_or_compute(key, lambda: self._run(image))
 
     def _run(self, image: np.ndarray) -> OcrWords:
+        import pytesseract as pt
         from PIL import Image
 
-        pt = self._pytesseract
         pt.pytesseract.tesseract_cmd = self.tesseract_cmd
         data = pt.image_to_data(Image.fromarray(image), lang=self.lang, config=f"--psm {self.psm}",
                                 output_type=pt.Output.DICT)

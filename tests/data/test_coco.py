@@ -208,3 +208,18 @@ def test_stored_questions_by_annotation_id_and_region_masks(tmp_path):
 def test_default_image_dir_is_images_beside_the_json(tmp_path):
     path = write_coco([hand_built_page(5)], tmp_path / "ds")
     assert CocoDocuments(path).image_dir == tmp_path / "ds" / "images"
+
+
+def test_page_without_questions_stays_without_questions(tmp_path):
+    page = hand_built_page(6)
+    page.questions = []
+    back = CocoDocuments(write_coco([page], tmp_path / "ds"))[0]
+    assert back.questions == []  # an explicit empty list is not replaced by category questions
+
+
+def test_dataset_pickles_for_spawned_workers(tmp_path):
+    import pickle
+
+    ds = CocoDocuments(write_coco([hand_built_page(7)], tmp_path / "ds"), on_bad_sample="skip")
+    clone = pickle.loads(pickle.dumps(ds))
+    assert_same_page(ds[0], clone[0])
