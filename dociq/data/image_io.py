@@ -89,7 +89,7 @@ def to_rgb_array(img: Image.Image, path: str | Path = "<image>") -> np.ndarray:
         img = Image.alpha_composite(paper, rgba)
     elif img.mode == "CMYK":
         img = _cmyk_to_rgb(img)
-    return np.ascontiguousarray(np.asarray(img.convert("RGB"), dtype=np.uint8))
+    return np.array(img.convert("RGB"), dtype=np.uint8)  # a writable copy (torch.from_numpy wants one)
 
 
 def _high_depth_to_rgb(img: Image.Image) -> np.ndarray:

@@ -217,11 +217,11 @@ class PdfTextLayer:
         if size is not None:
             w_pt, h_pt = page.get_size()
             scale = size[1] / w_pt
-        img = np.asarray(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
+        img = np.array(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
         if size is not None and img.shape[:2] != tuple(size):
             from PIL import Image
 
-            img = np.asarray(Image.fromarray(img).resize((size[1], size[0]), Image.BILINEAR))
+            img = np.array(Image.fromarray(img).resize((size[1], size[0]), Image.BILINEAR))
         return np.ascontiguousarray(img)
 
     def _extract(self, pdf_path: Path, page_index: int) -> OcrWords:

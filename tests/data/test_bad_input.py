@@ -23,6 +23,7 @@ def test_rgb_png_is_returned_unchanged(tmp_path):
     arr = rng.integers(0, 256, (12, 17, 3), dtype=np.uint8)
     out = load_page_image(_save(Image.fromarray(arr), tmp_path / "p.png"))
     assert out.dtype == np.uint8 and out.shape == (12, 17, 3)
+    assert out.flags.writeable and out.flags.c_contiguous  # torch.from_numpy warns on read-only arrays
     np.testing.assert_array_equal(out, arr)
 
 

@@ -50,6 +50,7 @@ def test_pdf_text_layer_words_and_boxes(pdf_path):
     s = dpi / 72
     image, words = PdfTextLayer(dpi=dpi).read(pdf_path)
     assert image.shape == (PAGE_H * s, PAGE_W * s, 3) and image.dtype == np.uint8
+    assert image.flags.writeable
     assert words.words == ["Hello", "World", "Invoice", "2024"]
     assert words.size == image.shape[:2]
     # "Hello": starts at x=20pt, sits on the baseline y=150pt (PDF y grows upwards), cap height ~0.72em
