@@ -16,7 +16,8 @@ question contributes 1 + L sparse tokens, L = the tower's context length:
   no-question embedding instead of being dropped, so every prompt has the same token count
   and the decoder needs no attention mask (SAM's not-a-point trick). `question_word_tokens=False`
   keeps only the pooled token.
-A prompt whose `question_ids` row is all padding (no question) gets the no-question embedding
+A prompt whose `question_ids` row is all padding (id 0, how the collator fills pages with fewer
+questions; an empty string still tokenizes to SOT, EOT) gets the no-question embedding
 in all its 1 + L slots, so question and non-question prompts can share a batch.
 
 All inputs are per prompt, flattened image-major: N = B*Q rows, as SAM's per-prompt batch.
@@ -121,9 +122,11 @@ class QuestionEncoder(nn.Module):
 
     def tokenize(self, texts: str | Sequence[str]) -> Tensor:
         """Questions -> long [n, context_length] CLIP BPE ids (offline; open_clip ships the vocabulary)."""
-        if self.open_clip_name is not None:
-            return open_clip.get_tokenizer(self.open_clip_name, context_length=self.context_length)(texts)
-        return open_clip.tokenize(texts, context_length=self.context_length)
+        if self.open_clip_name is None:
+            return open_clip.tokenize(texts, context_length=self.context_length)
+        if getattr(self, "_tokenizer", None) is None:  # built once: it reads the BPE vocabulary
+            self._tokenizer = open_clip.get_tokenizer(self.open_clip_name, context_length=self.context_length)
+        return self._tokenizer(texts)
 
     def encode_text(self, question_ids: Tensor) -> tuple[Tensor, Tensor]:
         """Raw tower outputs: pooled (projected EOT) [n, embed_dim], per-position [n, context_length, width]."""
