@@ -72,7 +72,7 @@ def assert_bidirectional(model: nn.Module) -> None:
 class Teacher(nn.Module):
     """A (bidirectional) Hugging Face causal LM with its tokenizer, used frozen by distillation.
 
-    hidden(ids, mask) -> final hidden states [B, L, H] (`layer` picks another layer);
+    encode(ids, mask) -> hidden states of `layer` (default: final) and the final ones [B, L, H];
     logits_at(hidden, positions) -> LM-head logits only where needed (LLM vocabularies are large).
     """
 
@@ -116,10 +116,13 @@ class Teacher(nn.Module):
     def vocab(self) -> dict[str, int]:
         return self.tokenizer.get_vocab()
 
-    def hidden(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def encode(self, ids: torch.Tensor,
+               attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden states of `layer`, final hidden states) [B, L, H]; the final ones feed the LM head."""
         out = self.model.base_model(input_ids=ids, attention_mask=attention_mask.long(),
                                     output_hidden_states=self.layer != -1)
-        return out.last_hidden_state if self.layer == -1 else out.hidden_states[self.layer]
+        final = out.last_hidden_state
+        return (final if self.layer == -1 else out.hidden_states[self.layer]), final
 
     def logits_at(self, final_hidden: torch.Tensor) -> torch.Tensor:
         return self.model.get_output_embeddings()(final_hidden)

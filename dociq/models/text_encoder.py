@@ -118,6 +118,7 @@ class TextEncoder(nn.Module):
         self.max_length = config.max_position_embeddings
         self.pad_token_id = pad_token_id
         self.mask_token_id = mask_token_id
+        self.tokenizer_path: str | None = None  # set by from_size
 
     @property
     def word_embeddings(self) -> nn.Embedding:
@@ -176,6 +177,7 @@ class TextEncoder(nn.Module):
         layout_init = layout_init or ("zeros" if checkpoint_path is not None else "normal")
         encoder = cls(config, pad_token_id=tokenizer.pad_token_id,
                       mask_token_id=tokenizer.mask_token_id, layout_init=layout_init)
+        encoder.tokenizer_path = str(tokenizer.name_or_path)  # so tasks can compare vocabularies
         if checkpoint_path is not None:
             encoder.load_backbone(checkpoint_path)
         return encoder
