@@ -39,6 +39,8 @@ from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
 log = logging.getLogger("dociq.data")
 
 _SKIP_HINT = "or pass on_bad_sample='skip' to drop the page"
+# image-entry fields read as data; every other scalar field is copied into Page.meta
+_ENTRY_FIELDS = {"id", "file_name", "width", "height", "words", "questions", "links", "meta", "page_id"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,7 +290,10 @@ class CocoDocuments(Dataset):
         regions, ann_index = self._regions(entry, path, size, word_boxes, words, where)
         questions = self._questions(entry, regions, ann_index, size, where)
         links = self._links(entry, len(regions), where)
-        meta = dict(entry.get("meta") or {})
+        # provenance the image entry carries (DocLayNet: doc_category, collection, page_no, ...)
+        meta = {k: v for k, v in entry.items()
+                if k not in _ENTRY_FIELDS and isinstance(v, (str, int, float, bool))}
+        meta.update(entry.get("meta") or {})
         meta.update(page_id=str(entry.get("page_id", Path(entry["file_name"]).stem)), source=str(path),
                     image_id=entry.get("id"), dataset="coco", annotation_file=str(self.annotation_file))
         return Page(image=image, words=words, word_boxes=word_boxes, regions=regions,

@@ -120,7 +120,8 @@ def _doclaynet_style(tmp_path, words=True):
     caption[72:78, 10:50] = 1
     rle = mask_util.encode(np.asfortranarray(caption))
     data = {
-        "images": [{"id": 7, "file_name": "p1.png", "width": w, "height": h}],
+        "images": [{"id": 7, "file_name": "p1.png", "width": w, "height": h,
+                    "doc_category": "scientific_articles", "page_no": 3}],
         "categories": [{"id": 1, "name": "Section-header"}, {"id": 2, "name": "Table"},
                        {"id": 3, "name": "Caption"}, {"id": 4, "name": "Text"}],
         "annotations": [
@@ -169,6 +170,7 @@ def test_doclaynet_style_polygons_and_rle(tmp_path):
     assert page.regions[0].word_ids == [0] and page.regions[0].text == "Results"
     assert page.regions[1].word_ids == [2]
     assert page.meta["page_id"] == "p1" and page.meta["image_id"] == 7
+    assert page.meta["doc_category"] == "scientific_articles" and page.meta["page_no"] == 3
 
 
 def test_category_questions_union_their_regions(tmp_path):
