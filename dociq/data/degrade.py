@@ -54,10 +54,12 @@ def _affine_coeffs(inverse: np.ndarray, src_origin: tuple[int, int], dst_origin:
     return (a, b, a * dx + b * dy + c - sx, d, e, d * dx + e * dy + f - sy)
 
 
-def warp_mask(mask: np.ndarray, box: np.ndarray, forward: np.ndarray, inverse: np.ndarray) -> np.ndarray:
-    """Warp a bool mask whose pixels lie inside `box`; only the box's window is resampled."""
+def warp_mask(mask: np.ndarray, box: np.ndarray, forward: np.ndarray, inverse: np.ndarray,
+              out: np.ndarray | None = None) -> np.ndarray:
+    """Warp a bool mask whose pixels lie inside `box`; only the box's window is resampled.
+    `out`, if given, is a zeroed bool [H, W] array to write into."""
     height, width = mask.shape
-    out = np.zeros_like(mask)
+    out = np.zeros_like(mask) if out is None else out
     sx0, sy0 = int(max(0, math.floor(box[0]))), int(max(0, math.floor(box[1])))
     sx1, sy1 = int(min(width, math.ceil(box[2]))), int(min(height, math.ceil(box[3])))
     if sx1 <= sx0 or sy1 <= sy0:
@@ -83,16 +85,20 @@ def rotate_page(page: Page, angle_deg: float) -> Page:
     image = Image.fromarray(page.image).transform(
         (width, height), Image.Transform.AFFINE, _affine_coeffs(inverse, (0, 0), (0, 0)),
         resample=Image.Resampling.BILINEAR, fillcolor=paper)
+    # One allocation for all masks: page-sized np.zeros per mask costs more than the warping.
+    region_masks = np.zeros((len(page.regions), height, width), dtype=bool)
+    region_boxes = transform_boxes(np.array([r.box for r in page.regions]).reshape(-1, 4), forward, height, width)
     regions = []
-    for r in page.regions:
-        mask = warp_mask(r.mask, r.box, forward, inverse)
-        box = transform_boxes(r.box, forward, height, width)[0]
+    for r, box, mask in zip(page.regions, region_boxes, region_masks):
+        warp_mask(r.mask, r.box, forward, inverse, out=mask)
         regions.append(dataclasses.replace(r, box=box, mask=mask))
+    question_masks = np.zeros((len(page.questions), height, width), dtype=bool)
     questions = []
-    for q in page.questions:
-        mask = np.zeros((height, width), dtype=bool)
-        for i in q.region_ids:
-            mask |= regions[i].mask
+    for q, mask in zip(page.questions, question_masks):
+        for i in q.region_ids:  # union over each region's box window only
+            x0, y0 = int(region_boxes[i][0]), int(region_boxes[i][1])
+            x1, y1 = int(math.ceil(region_boxes[i][2])), int(math.ceil(region_boxes[i][3]))
+            mask[y0:y1, x0:x1] |= region_masks[i, y0:y1, x0:x1]
         if not q.region_ids:  # a question not tied to regions: warp its own mask
             full = np.array([0, 0, width, height], dtype=np.float32)
             mask = warp_mask(q.mask, full, forward, inverse)
@@ -114,8 +120,8 @@ def blur_page(page: Page, radius: float) -> Page:
 
 
 def noise_page(page: Page, sigma: float, rng: np.random.Generator) -> Page:
-    noise = rng.standard_normal(page.image.shape[:2], dtype=np.float32) * sigma  # grey sensor noise
-    image = np.clip(page.image.astype(np.float32) + noise[..., None], 0, 255).astype(np.uint8)
+    noise = (rng.standard_normal(page.image.shape[:2], dtype=np.float32) * sigma).astype(np.int16)  # grey
+    image = np.clip(page.image.astype(np.int16) + noise[..., None], 0, 255).astype(np.uint8)
     return _photometric(page, image, f"noise({sigma:.1f})")
 
 
