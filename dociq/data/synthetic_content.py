@@ -138,7 +138,7 @@ TABLE_TEMPLATES = {
                  [lambda f, r: f.last_name(),
                   lambda f, r: f"{r.randint(200, 999)}-{r.randint(1000, 9999)}",
                   lambda f, r: f"{r.uniform(0.1, 99):.1f}M"]),
-    "accounts": (["Account", "Opened", "Balance", "Status"],
+    "accounts": (["Account", "Open date", "Balance", "Status"],
                  lambda f, r: f"ACC-{r.randint(1000, 9999)}",
                  [lambda f, r: f.date(pattern="%Y-%m-%d"),
                   lambda f, r: f"{r.uniform(-500, 20000):,.2f}",

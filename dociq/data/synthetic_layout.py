@@ -294,8 +294,8 @@ class Builder:
     def _scribble(self, x: int, y: int, w: int, h: int) -> list[tuple[float, float]]:
         """A handwriting-like stroke: a left-to-right sweep with two random sinusoids."""
         rng = self.rng
-        f1, f2, p1, p2 = rng.uniform(2, 6), rng.uniform(7, 15), rng.uniform(0, 6), rng.uniform(0, 6)
-        n = 40
+        f1, f2, p1, p2 = rng.uniform(1.5, 4), rng.uniform(4, 9), rng.uniform(0, 6), rng.uniform(0, 6)
+        n = 80
         pts = []
         for i in range(n):
             t = i / (n - 1)
