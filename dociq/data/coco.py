@@ -31,6 +31,7 @@ from torch.utils.data import Dataset
 
 from dociq.data.errors import (
     BOX_OVERSHOOT_TOLERANCE, BadSample, BadSampleError, BadSamplePolicy, check_box_in_page,
+    check_boxes_in_page,
 )
 from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
@@ -333,15 +334,16 @@ class CocoDocuments(Dataset):
         words, boxes = [], []
         for j, w in enumerate(entry.get("words") or []):
             try:
-                text, (x, y, bw, bh) = str(w["text"]), w["bbox"]
+                text, (x, y, bw, bh) = str(w["text"]), (float(v) for v in w["bbox"])
             except (KeyError, TypeError, ValueError) as err:
                 raise BadSampleError(self.annotation_file,
                                      f"word {j} of {entry['file_name']!r} is malformed: {w!r}",
                                      f"write words as {{'text': str, 'bbox': [x, y, w, h]}}, {_SKIP_HINT}") from err
-            boxes.append(check_box_in_page([x, y, x + bw, y + bh], size, self.annotation_file,
-                                           f"word {j} {text!r} of {entry['file_name']!r}", self.box_tolerance))
             words.append(text)
-        return words, np.array(boxes, np.float32).reshape(-1, 4)
+            boxes.append((x, y, x + bw, y + bh))
+        boxes = check_boxes_in_page(boxes, size, self.annotation_file,
+                                    lambda j: f"word {j} {words[j]!r} of {entry['file_name']!r}", self.box_tolerance)
+        return words, boxes
 
     def _regions(self, entry, path, size, word_boxes, words, where):
         anns = self._anns.get(entry.get("id"), [])

@@ -119,3 +119,24 @@ def check_box_in_page(
         )
     return np.array([min(max(x0, 0), w), min(max(y0, 0), h), min(max(x1, 0), w), min(max(y1, 0), h)],
                     dtype=np.float32)
+
+
+def check_boxes_in_page(
+    boxes, size: tuple[int, int], path: str | Path, describe: Callable[[int], str],
+    tolerance: float = BOX_OVERSHOOT_TOLERANCE,
+) -> np.ndarray:
+    """`check_box_in_page` for float [N, 4] boxes at once (pages hold hundreds of words).
+
+    `describe(i)` names box i for the error; the first bad box raises exactly as the single check."""
+    h, w = size
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    tx, ty = tolerance * w, tolerance * h
+    bad = (~np.isfinite(b).all(axis=1)) | (b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1]) \
+        | (b[:, 0] < -tx) | (b[:, 1] < -ty) | (b[:, 2] > w + tx) | (b[:, 3] > h + ty)
+    if bad.any():
+        i = int(np.argmax(bad))
+        check_box_in_page(b[i], size, path, describe(i), tolerance)
+    out = np.empty_like(b, dtype=np.float32)
+    np.clip(b[:, 0::2], 0, w, out=out[:, 0::2], casting="unsafe")
+    np.clip(b[:, 1::2], 0, h, out=out[:, 1::2], casting="unsafe")
+    return out

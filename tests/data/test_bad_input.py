@@ -324,3 +324,14 @@ def test_coco_validate_lists_every_bad_page(tmp_path):
                             {"file": "blank.png", "image": WHITE, "words": []}])
     bad = CocoDocuments(path, image_dir=tmp_path).validate()
     assert [(b.index, b.path.rsplit("/", 1)[-1]) for b in bad] == [(1, "gone.png"), (2, "blank.png")]
+
+
+def test_many_boxes_check_clips_and_names_the_first_bad_one():
+    from dociq.data.errors import check_boxes_in_page
+
+    ok = check_boxes_in_page([[-0.5, 0, 10, 10], [5, 5, 100.5, 50.2]], (50, 100), "f.json", str)
+    np.testing.assert_allclose(ok, [[0, 0, 10, 10], [5, 5, 100, 50]])
+    assert ok.dtype == np.float32
+    with pytest.raises(BadSampleError, match=r"f\.json: word 2 has a box with negative size"):
+        check_boxes_in_page([[0, 0, 1, 1], [0, 0, 1, 1], [5, 5, 2, 9], [0, 0, 500, 1]], (50, 100),
+                            "f.json", lambda i: f"word {i}")
