@@ -10,7 +10,7 @@ dociq's extra fields, read when present and written by `write_coco`:
                               "segmentation": RLE}]                    region_ids index the page's
                                                                        annotations in file order
                "links":     [[key_region, value_region], ...]          region indices
-               "page_id", "meta"
+               "page_id", "meta", "pdf_page" (page of a multi-page PDF file_name / pdf_dir PDF)
   annotation   "text", "word_ids"                                      word_ids index "words"
 
 Bad pages raise `BadSampleError` naming the file and the fix, or with on_bad_sample="skip" the
@@ -41,7 +41,8 @@ log = logging.getLogger("dociq.data")
 
 _SKIP_HINT = "or pass on_bad_sample='skip' to drop the page"
 # image-entry fields read as data; every other scalar field is copied into Page.meta
-_ENTRY_FIELDS = {"id", "file_name", "width", "height", "words", "questions", "links", "meta", "page_id"}
+_ENTRY_FIELDS = {"id", "file_name", "width", "height", "words", "questions", "links", "meta", "page_id",
+                 "pdf_page"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ class CocoDocuments(Dataset):
         """The page at `index`; raises BadSampleError whatever `on_bad_sample` says."""
         entry = self.images[index]
         path = self.image_path(index)
-        image, ocr_words = self._load_image_and_ocr(entry, path)
+        image = self._load_image(entry, path)
         size = image.shape[:2]
         where = f"image {entry['file_name']!r} (id {entry.get('id')})"
         if "width" in entry and "height" in entry and (int(entry["height"]), int(entry["width"])) != size:
@@ -281,9 +282,10 @@ class CocoDocuments(Dataset):
                 f"{entry['width']}x{entry['height']}",
                 f"fix width/height in the annotation or use the image it was made for, {_SKIP_HINT}")
 
-        if ocr_words is None:
+        if self.ocr is None:
             words, word_boxes = self._groundtruth_words(entry, path, size)
         else:
+            ocr_words = self._ocr_words(entry, path, image)
             words, word_boxes = list(ocr_words.words), ocr_words.boxes
         if self.require_words and not words:
             raise BadSampleError(path, *self._no_words_message(path))
@@ -309,26 +311,25 @@ class CocoDocuments(Dataset):
                 "check the page is not blank / the PDF has a text layer (else use ocr='tesseract'), "
                 f"pass require_words=False, {_SKIP_HINT}")
 
-    def _load_image_and_ocr(self, entry: dict, path: Path) -> tuple[np.ndarray, OcrWords | None]:
-        is_pdf = path.suffix.lower() == ".pdf"
+    def _load_image(self, entry: dict, path: Path) -> np.ndarray:
+        if path.suffix.lower() != ".pdf":
+            return load_page_image(path)
         annotated_size = (int(entry["height"]), int(entry["width"])) if "width" in entry and "height" in entry else None
+        backend = self.ocr if isinstance(self.ocr, PdfTextLayer) else PdfTextLayer()
+        return backend.render(path, int(entry.get("pdf_page", 0)), size=annotated_size)
+
+    def _ocr_words(self, entry: dict, path: Path, image: np.ndarray) -> OcrWords:
+        is_pdf = path.suffix.lower() == ".pdf"
         page_index = int(entry.get("pdf_page", 0))
-        if is_pdf:
-            backend = self.ocr if isinstance(self.ocr, PdfTextLayer) else PdfTextLayer()
-            image = backend.render(path, page_index, size=annotated_size)
-        else:
-            image = load_page_image(path)
-        if self.ocr is None:
-            return image, None
         if isinstance(self.ocr, PdfTextLayer):
             pdf = path if is_pdf else self.pdf_dir / (Path(entry["file_name"]).stem + ".pdf")
             if not pdf.is_file():
                 raise BadSampleError(pdf, "ocr='pdf' needs the page's PDF, which was not found",
                                      f"pass pdf_dir=<folder of <image stem>.pdf files>, use "
                                      f"ocr='tesseract', {_SKIP_HINT}")
-            return image, self.ocr.words(pdf, page_index, size=image.shape[:2])
+            return self.ocr.words(pdf, page_index, size=image.shape[:2])
         words = self.ocr.recognise(image)
-        return image, words if words.size == image.shape[:2] else words.scaled_to(image.shape[:2])
+        return words if words.size == image.shape[:2] else words.scaled_to(image.shape[:2])
 
     def _groundtruth_words(self, entry: dict, path: Path, size) -> tuple[list[str], np.ndarray]:
         words, boxes = [], []
