@@ -1,7 +1,8 @@
 """Small layers and helpers shared by the prompt encoder and the mask decoder.
 
-Layers: SAM's LayerNorm2d and head MLP. Helpers: named-size resolution (timm-style registries)
-and reading checkpoints given as a state dict or a path.
+Layers: SAM's head MLP, and timm's LayerNorm2d re-exported (same `weight`/`bias` keys as SAM's).
+Helpers: named-size resolution (timm-style registries) and reading checkpoints given as a state
+dict or a path.
 """
 from __future__ import annotations
 
@@ -11,27 +12,8 @@ from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
+from timm.layers import LayerNorm2d  # noqa: F401  (channels-first LayerNorm, eps 1e-6 as SAM)
 from torch import Tensor, nn
-
-
-class LayerNorm2d(nn.Module):
-    """LayerNorm over the channel axis of a [B, C, H, W] map (ConvNeXt/SAM style).
-
-    torch's nn.LayerNorm normalises the trailing axes, so channels-first maps would need two
-    permutes; SAM checkpoints also store this layer as plain `weight`/`bias` of shape [C].
-    """
-
-    def __init__(self, num_channels: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_channels))
-        self.bias = nn.Parameter(torch.zeros(num_channels))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = x.mean(1, keepdim=True)
-        var = (x - mean).pow(2).mean(1, keepdim=True)
-        x = (x - mean) / torch.sqrt(var + self.eps)
-        return self.weight[:, None, None] * x + self.bias[:, None, None]
 
 
 class MLP(nn.Module):
