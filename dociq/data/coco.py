@@ -19,7 +19,6 @@ page reads as `None`, is logged once and listed in `dataset.bad_samples`.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -37,7 +36,6 @@ from dociq.data.image_io import atomic_write_text, load_page_image, save_page_im
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
 
-log = logging.getLogger("dociq.data")
 
 _SKIP_HINT = "or pass on_bad_sample='skip' to drop the page"
 # image-entry fields read as data; every other scalar field is copied into Page.meta
