@@ -1,0 +1,112 @@
+"""Optimizer and scheduler factories selected by `configs/optim/*.yaml` (Hydra partials).
+
+Every optimizer factory takes the task's trainable `(name, parameter)` pairs (see
+`dociq/tasks/base.py`) and returns a `torch.optim.Optimizer`; the names route parameters to
+param groups (no weight decay on norms/biases; GaLore/SubspaceNGD only on matrices).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Sequence
+
+import torch
+
+NamedParams = Sequence[tuple[str, torch.nn.Parameter]]
+
+# Parameters that get no weight decay: 1-D tensors (norm scales, biases) and these names.
+NO_DECAY_PATTERN = r"(^|\.)(bias|norm|ln|layernorm|pos_embed|position|cls_token|mask_token)"
+# Matrices that SubspaceNGD/GaLore leave to the fallback: lookup tables, not linear maps.
+EMBEDDING_PATTERN = r"(embed|embedding|tok_emb|wte|wpe|pos_embed|cls_token|mask_token)"
+
+
+def _named(named_params: NamedParams) -> list[tuple[str, torch.nn.Parameter]]:
+    named = [(n, p) for n, p in named_params if p.requires_grad]
+    if not named:
+        raise ValueError("optimizer factory got no trainable parameters: check that the task's "
+                         "trainable_named_parameters() is not empty (is everything frozen?).")
+    for item in named:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError("optimizer factories take (name, parameter) pairs, e.g. "
+                            "model.named_parameters(); got " + type(item).__name__)
+    return named
+
+
+def _decays(name: str, p: torch.Tensor) -> bool:
+    return p.dim() >= 2 and re.search(NO_DECAY_PATTERN, name, re.IGNORECASE) is None
+
+
+def _is_embedding(name: str) -> bool:
+    return re.search(EMBEDDING_PATTERN, name, re.IGNORECASE) is not None
+
+
+def decay_groups(named_params: NamedParams, weight_decay: float) -> list[dict]:
+    named = _named(named_params)
+    decay = [p for n, p in named if _decays(n, p)]
+    no_decay = [p for n, p in named if not _decays(n, p)]
+    return [g for g in ({"params": decay, "weight_decay": weight_decay},
+                        {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+
+
+def adamw(named_params: NamedParams, lr: float = 1e-3, weight_decay: float = 0.01,
+          betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
+          foreach: bool | None = None, fused: bool | None = None) -> torch.optim.AdamW:
+    """torch AdamW; decay only on matrices that are not norms/embedding tables."""
+    return torch.optim.AdamW(decay_groups(named_params, weight_decay), lr=lr,
+                             betas=tuple(betas), eps=eps, foreach=foreach, fused=fused)
+
+
+def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200,
+           scale: float = 0.25, proj_type: str = "std", lr: float = 1e-3,
+           weight_decay: float = 0.01, betas: Sequence[float] = (0.9, 0.999),
+           eps: float = 1e-6) -> torch.optim.Optimizer:
+    """galore-torch GaLoreAdamW: 2-D non-embedding weights in the low-rank group (as in
+    jiaweizzhao/GaLore's torchrun_main.py, which projects attention/MLP linears only)."""
+    from galore_torch import GaLoreAdamW
+
+    named = _named(named_params)
+    low_rank = [p for n, p in named if p.dim() == 2 and not _is_embedding(n)]
+    low_ids = {id(p) for p in low_rank}
+    rest = [(n, p) for n, p in named if id(p) not in low_ids]
+    groups = [{"params": low_rank, "rank": rank, "update_proj_gap": update_proj_gap,
+               "scale": scale, "proj_type": proj_type, "weight_decay": weight_decay}]
+    groups += decay_groups(rest, weight_decay) if rest else []
+    groups = [g for g in groups if g["params"]]
+    return GaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
+
+
+def sngd(named_params: NamedParams, weight_decay: float = 0.01, **kwargs):
+    """SubspaceNGD; embeddings and norms/biases go to its fallback (project=False group)."""
+    from dociq.optim.sngd import SubspaceNGD
+
+    named = _named(named_params)
+    groups = []
+    for project in (True, False):
+        for decay in (True, False):
+            params = [p for n, p in named
+                      if (not _is_embedding(n)) == project and _decays(n, p) == decay]
+            if params:
+                groups.append({"params": params, "project": project,
+                               "weight_decay": weight_decay if decay else 0.0})
+    return SubspaceNGD(groups, weight_decay=weight_decay, **kwargs)
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
+                  min_lr_ratio: float = 0.1) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up to the base lr over `warmup_steps`, then cosine decay to
+    `min_lr_ratio` x base at `total_steps` (held there afterwards)."""
+    if not (isinstance(total_steps, int) and total_steps > 0):
+        raise ValueError(f"warmup_cosine: total_steps must be a positive int, got {total_steps!r}; "
+                         "it is ${trainer.max_steps} in configs/optim/*.yaml — set "
+                         "trainer.max_steps to a positive number of steps.")
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(f"warmup_cosine: need 0 <= warmup_steps < total_steps, got "
+                         f"{warmup_steps} and {total_steps}; lower optim.scheduler.warmup_steps.")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
