@@ -90,7 +90,9 @@ class QuestionEncoder(nn.Module):
         ("ViT-B-16"), or an open_clip model-config dict {"embed_dim", "text_cfg", "quick_gelu"}.
         Built offline with random weights (no hub access).
     checkpoint_path: a local open_clip checkpoint (full CLIP or CustomTextCLIP state dict, with or
-        without the training wrapper) whose text tower weights are loaded.
+        without the training wrapper; .pt/.bin/.safetensors) whose text tower weights are loaded.
+        OpenAI-trained weights need the matching "-quickgelu" model name (e.g. "ViT-B-16-quickgelu"):
+        the activation has no weights, so a mismatch would load silently but compute wrong features.
     word_tokens: also emit the per-position features (see the module doc), not only the pooled one.
     """
 
