@@ -30,6 +30,7 @@ SIZES: dict[str, dict[str, Any]] = {
 
 _HIERA_ARGS = set(inspect.signature(Hiera.__init__).parameters) - {"self", "num_classes", "device", "dtype"}
 _PREFIX = "hiera."
+_PART = "image_encoder."
 
 
 def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -175,14 +176,16 @@ def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tens
         raise ValueError(f"cannot read image encoder checkpoint {path}: {err}") from err
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path}: expected a state dict, got {type(checkpoint).__name__}")
-    if "state_dict" in checkpoint:  # Lightning
-        prefix = "image_encoder."
-        weights = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-        if not weights:
-            prefixes = sorted({k.split(".")[0] for k in checkpoint["state_dict"]})
-            raise KeyError(f"{path}: Lightning checkpoint has no '{prefix}*' weights (top-level modules: "
-                           f"{prefixes}); pass a checkpoint of a stage that trains the image encoder")
-        return weights
+    if "state_dict" in checkpoint:  # Lightning: `image_encoder.*` (ijepa) or `model.image_encoder.*` (pretrain, ...)
+        state = checkpoint["state_dict"]
+        prefixes = sorted({k[:k.index(_PART) + len(_PART)] for k in state
+                           if _PART in k and (k.startswith(_PART) or f".{_PART}" in k)}, key=len)
+        if not prefixes:
+            modules = sorted({k.split(".")[0] for k in state})
+            raise KeyError(f"{path}: Lightning checkpoint has no '{_PART}*' weights (top-level modules: "
+                           f"{modules}); pass a checkpoint of a stage that trains the image encoder")
+        prefix = prefixes[0]  # the outermost encoder (not one nested inside another part)
+        return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     for nested in ("model_state", "model"):
         if isinstance(checkpoint.get(nested), dict):
             checkpoint = checkpoint[nested]
