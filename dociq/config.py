@@ -22,7 +22,7 @@ register_resolvers()
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train",
-            return_hydra_config: bool = True) -> DictConfig:
+            return_hydra_config: bool = False) -> DictConfig:
     """Compose the training config as `python train.py <overrides>` would (for tests and notebooks)."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
