@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .synthetic_fonts import FontKey, line_height, space_width, word_glyph, word_width
+from .synthetic_fonts import FontKey, line_height, space_width, word_bbox, word_width
 
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels, x1/y1 exclusive
 Color = tuple[int, int, int]
@@ -80,7 +80,7 @@ class Draft:
 
     # -- text -----------------------------------------------------------------------------------
     def word(self, text: str, font: FontKey, x: int, y: int, color: Color) -> int:
-        bbox = word_glyph(font, text)[1]
+        bbox = word_bbox(font, text)
         self.words.append(PlacedWord(text, font, (x, y), (x + bbox[0], y + bbox[1], x + bbox[2], y + bbox[3]), color))
         return len(self.words) - 1
 

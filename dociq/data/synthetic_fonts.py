@@ -35,6 +35,7 @@ FontKey = tuple[str, str, int]  # (family, style, pixel size)
 
 _fonts: dict[FontKey, ImageFont.FreeTypeFont] = {}
 _glyphs: dict[tuple[FontKey, str], tuple[np.ndarray, tuple[int, int, int, int]]] = {}
+_bboxes: dict[tuple[FontKey, str], tuple[int, int, int, int]] = {}
 _GLYPH_CACHE_LIMIT = 200_000
 
 
@@ -62,6 +63,18 @@ def get_font(key: FontKey) -> ImageFont.FreeTypeFont:
     return font
 
 
+def word_bbox(key: FontKey, text: str) -> tuple[int, int, int, int]:
+    """The font's getbbox(text), cached: measuring is needed for every candidate word, rendering
+    only for the words that end up on the page."""
+    bbox = _bboxes.get((key, text))
+    if bbox is None:
+        bbox = tuple(int(v) for v in get_font(key).getbbox(text))
+        if len(_bboxes) >= _GLYPH_CACHE_LIMIT:
+            _bboxes.clear()
+        _bboxes[(key, text)] = bbox
+    return bbox
+
+
 def word_glyph(key: FontKey, text: str) -> tuple[np.ndarray, tuple[int, int, int, int]]:
     """(alpha uint8 [h, w], bbox) of `text` drawn at origin (0, 0) with the font's default anchor.
 
@@ -71,7 +84,7 @@ def word_glyph(key: FontKey, text: str) -> tuple[np.ndarray, tuple[int, int, int
     cached = _glyphs.get((key, text))
     if cached is None:
         font = get_font(key)
-        bbox = tuple(int(v) for v in font.getbbox(text))
+        bbox = word_bbox(key, text)
         mask, _offset = font.getmask2(text, mode="L")
         w, h = mask.size
         alpha = np.asarray(mask, dtype=np.uint8).reshape(h, w) if w and h else np.zeros((0, 0), np.uint8)
@@ -88,9 +101,8 @@ def word_glyph(key: FontKey, text: str) -> tuple[np.ndarray, tuple[int, int, int
 
 
 def word_width(key: FontKey, text: str) -> int:
-    """Advance-free ink width of a word (what line breaking needs)."""
-    bbox = word_glyph(key, text)[1]
-    return bbox[2]
+    """Width of a word from the draw origin to its right ink edge (what line breaking needs)."""
+    return word_bbox(key, text)[2]
 
 
 def space_width(key: FontKey) -> int:

@@ -33,6 +33,7 @@ def render_image(draft: Draft, rng: random.Random) -> np.ndarray:
     # Words: one alpha plane per ink colour, then one C-level paste per colour. Words never overlap,
     # so max() of the planes is exact, and this is ~10x faster than blending word by word.
     planes: dict[tuple[int, int, int], np.ndarray] = {}
+    extents: dict[tuple[int, int, int], list[int]] = {}  # rows each colour's words span
     for w in draft.words:
         alpha, _ = word_glyph(w.font, w.text)
         if alpha.size == 0:
@@ -45,10 +46,14 @@ def render_image(draft: Draft, rng: random.Random) -> np.ndarray:
         plane = planes.get(w.color)
         if plane is None:
             plane = planes[w.color] = np.zeros((draft.height, draft.width), dtype=np.uint8)
+            extents[w.color] = [cy0, cy1]
+        span = extents[w.color]
+        span[0], span[1] = min(span[0], cy0), max(span[1], cy1)
         window = plane[cy0:cy1, cx0:cx1]
         np.maximum(window, alpha[cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0], out=window)
     for color, plane in planes.items():
-        image.paste(color, (0, 0), Image.fromarray(plane))
+        y0, y1 = extents[color]
+        image.paste(color, (0, y0, draft.width, y1), Image.fromarray(plane[y0:y1]))
     return np.asarray(image).copy()
 
 
