@@ -198,7 +198,7 @@ def adapt_with_mntp(teacher: Teacher, batches: Iterable[tuple[torch.Tensor, torc
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     teacher.model.eval()
     for p in params:
         p.requires_grad_(False)
