@@ -129,7 +129,9 @@ class ImageEncoder(nn.Module):
             log.info("%s: dropping classifier weight %s (the encoder has no classifier)", source, key)
             del state_dict[key]
         for key, value in list(state_dict.items()):
-            if key in own and key.startswith(_PREFIX + "pos_embed") and value.shape != own[key].shape:
+            # Same width, other resolution: resample. Other widths fall through to the mismatch error.
+            if key in own and key.startswith(_PREFIX + "pos_embed") and value.shape != own[key].shape \
+                    and value.dim() == own[key].dim() and _channels(value) == _channels(own[key]):
                 state_dict[key] = resize_pos_embed(value, own[key].shape, self.hiera.tokens_spatial_shape, key)
         mismatched = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
                       for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
@@ -145,6 +147,10 @@ class ImageEncoder(nn.Module):
                            f"({len(result.missing_keys)} in all): the checkpoint is not a Hiera of this "
                            "size; pick the matching model.size / model.image_encoder overrides")
         log.info("loaded image encoder from %s (%d tensors)", source, len(state_dict))
+
+
+def _channels(pos_embed: torch.Tensor) -> int:
+    return int(pos_embed.shape[1] if pos_embed.dim() == 4 else pos_embed.shape[-1])
 
 
 def resize_pos_embed(value: torch.Tensor, shape: torch.Size, token_grid: list[int], key: str) -> torch.Tensor:
