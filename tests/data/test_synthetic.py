@@ -200,3 +200,16 @@ def test_random_degradations_keep_words_on_ink():
     ds = SyntheticDocuments(3, SIZE, seed=1, degrade=1.0)
     assert all(ds[i].meta["degradations"] for i in range(3))
     assert page_signature(ds[1]) == page_signature(SyntheticDocuments(3, SIZE, seed=1, degrade=1.0)[1])
+
+
+def _identity(page):
+    return page
+
+
+def test_pages_from_dataloader_workers_match_direct_reads():
+    from torch.utils.data import DataLoader
+
+    ds = SyntheticDocuments(4, 256, seed=5)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, collate_fn=_identity,
+                        multiprocessing_context="fork")
+    assert [page_signature(p) for p in loader] == [page_signature(ds[i]) for i in range(4)]
