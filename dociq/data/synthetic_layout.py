@@ -202,8 +202,8 @@ class Builder:
     # -- graphics -------------------------------------------------------------------------------
     def figure(self, x: int, y: int, width: int, bottom: int) -> int | None:
         rng = self.rng
-        w = int(width * rng.uniform(0.6, 1.0))
-        h = int(w * rng.uniform(0.4, 0.7))
+        w = int(width * rng.uniform(0.5, 0.95))
+        h = min(int(w * rng.uniform(0.4, 0.7)), int(self.d.height * rng.uniform(0.15, 0.28)))  # not a whole page
         cap_lh = line_height(self.s.caption)
         if h < 30 or y + h + 3 * cap_lh > bottom:
             return None
