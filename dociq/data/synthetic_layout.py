@@ -144,7 +144,8 @@ class Builder:
         if len(fields) < 2:  # a form without a field beside the name is no form
             self.d.rollback(mark)
             return None
-        self.d.forms.append(FormInfo(data.person, fields))
+        # Questions quote the page as printed (a value too wide for its column is cut).
+        self.d.forms.append(FormInfo(self.d.region_text(fields["Name"][1]), fields))
         return y
 
     def table(self, x: int, y: int, width: int, bottom: int) -> int | None:
@@ -196,7 +197,8 @@ class Builder:
         if full_grid:
             for xx in xs:
                 self.d.shapes.append(Shape("line", [(xx, ys[0]), (xx, ys[-1])], grid))
-        self.d.tables.append(TableInfo(table, data.header, [r[0] for r in data.rows], cells))
+        printed = [[self.d.region_text(c) for c in row] for row in cells]
+        self.d.tables.append(TableInfo(table, printed[0], [row[0] for row in printed[1:]], cells))
         return self._fits(mark, ys[-1] + 1, bottom)
 
     # -- graphics -------------------------------------------------------------------------------
