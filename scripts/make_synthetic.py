@@ -40,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    args = build_parser().parse_args(argv)
-    dataset = SyntheticDocuments(args.pages, args.image_size, args.seed, degrade=args.degrade,
-                                 questions_per_page=args.questions_per_page)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        dataset = SyntheticDocuments(args.pages, args.image_size, args.seed, degrade=args.degrade,
+                                     questions_per_page=args.questions_per_page)
+    except ValueError as err:  # name the flag, not the Python argument
+        parser.error(str(err).replace("image_size", "--image-size").replace("num_pages", "--pages"))
     start = time.perf_counter()
     path = write_coco((dataset[i] for i in range(len(dataset))), args.out)
     seconds = time.perf_counter() - start

@@ -213,3 +213,31 @@ def test_pages_from_dataloader_workers_match_direct_reads():
     loader = DataLoader(ds, batch_size=None, num_workers=2, collate_fn=_identity,
                         multiprocessing_context="fork")
     assert [page_signature(p) for p in loader] == [page_signature(ds[i]) for i in range(4)]
+
+
+def test_make_synthetic_script_writes_pages_the_coco_reader_reads_back(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from dociq.data.coco import CocoDocuments
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_synthetic.py"
+    spec = importlib.util.spec_from_file_location("make_synthetic", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = module.main(["--out", str(tmp_path / "synth"), "--pages", "2", "--seed", "9", "--image-size", "192x160"])
+    disk = CocoDocuments(path)
+    made = SyntheticDocuments(2, (192, 160), seed=9)
+    assert len(disk) == 2
+    for i in range(2):
+        a, b = made[i], disk[i]
+        np.testing.assert_array_equal(a.image, b.image)
+        assert a.words == b.words and a.links == b.links
+        np.testing.assert_allclose(a.word_boxes, b.word_boxes)
+        assert [(r.label, r.text) for r in a.regions] == [(r.label, r.text) for r in b.regions]
+        assert all(np.array_equal(r.mask, s.mask) for r, s in zip(a.regions, b.regions))
+        assert [(q.text, q.kind, q.region_ids) for q in a.questions] == \
+            [(q.text, q.kind, q.region_ids) for q in b.questions]
+        assert all(np.array_equal(q.mask, s.mask) for q, s in zip(a.questions, b.questions))
+    with pytest.raises(SystemExit):
+        module.main(["--out", str(tmp_path / "bad"), "--pages", "1", "--image-size", "64"])
