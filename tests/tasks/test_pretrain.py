@@ -1,0 +1,159 @@
+"""PretrainTask (D-JEPA + MLM + MIM): the losses fall, masking is complementary and leak-free,
+loss weights switch parts off, the EMA target takes no gradient, init checkpoints load."""
+import copy
+
+import pytest
+import torch
+
+from dociq.data.collate import DocumentCollator
+from dociq.data.masking import MLMMasking, MultiBlockMasking
+from dociq.data.synthetic import SyntheticDocuments
+from dociq.data.tokenize import OcrTokenizer
+from dociq.tasks.pretrain import PretrainTask
+
+# Small enough for a few optimizer steps in seconds: 128 px pages = a 4x4 grid of mask units.
+MODEL = dict(size="tiny", image_size=128, mask_unit_px=32, image_encoder={}, text_encoder={},
+             fusion={"depth": 1}, predictor={"depth": 1})
+
+
+def make_batch(num_pages=2, seed=0):
+    masking = MultiBlockMasking((4, 4), num_targets=2, target_scale=(0.25, 0.3), min_keep=1)
+    tok = OcrTokenizer(max_length=48)
+    collate = DocumentCollator(128, ocr_tokenizer=tok, image_masking=masking, seed=seed,
+                               text_masking=MLMMasking(tok.mask_id, tok.vocab_size, prob=0.3,
+                                                       visible_only=True))
+    pages = SyntheticDocuments(num_pages, image_size=128, seed=seed)
+    return collate([pages[i] for i in range(num_pages)])
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_batch()
+
+
+@pytest.fixture(scope="module")
+def base_task():
+    torch.manual_seed(0)
+    return PretrainTask(model=MODEL, init={})
+
+
+@pytest.fixture()
+def task(base_task):
+    return copy.deepcopy(base_task)
+
+
+def test_all_three_losses_fall_on_a_batch(task, batch):
+    opt = torch.optim.AdamW(dict(task.trainable_named_parameters()).values(), lr=2e-3)
+    history = []
+    for _ in range(8):
+        out = task.compute_losses(batch)
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+        history.append({k: float(v.detach()) for k, v in out.items()})
+    first, last = history[0], history[-1]
+    for name in ("djepa", "mlm", "mim", "loss"):
+        assert last[name] < 0.9 * first[name], (name, first[name], last[name])
+    assert {"target_std", "pred_std", "mlm_acc"} <= set(first)
+    assert first["target_std"] > 0
+
+
+def test_no_target_pixels_reach_the_predictions(task, batch):
+    """Pixels of masked units never reach the fused tokens (so neither the D-JEPA prediction, the
+    MIM reconstruction, nor the MLM logits can copy them); visible pixels and words do."""
+    task.eval()
+    ctx = batch["ctx_idx"]
+    visible = torch.zeros(2, 16, dtype=torch.bool).scatter_(1, ctx, True)
+    changed = dict(batch)
+    image = batch["image"].clone().view(2, 3, 4, 32, 4, 32)
+    unit_mask = (~visible).view(2, 1, 4, 1, 4, 1).expand_as(image)
+    image[unit_mask] = torch.randn(int(unit_mask.sum()))
+    changed["image"] = image.view(2, 3, 128, 128)
+    with torch.no_grad():
+        a_img, a_txt, _ = task.model.encode(batch, keep_idx=ctx, text_ids=batch["mlm_ids"])
+        b_img, b_txt, _ = task.model.encode(changed, keep_idx=ctx, text_ids=batch["mlm_ids"])
+        torch.testing.assert_close(a_img, b_img)
+        torch.testing.assert_close(a_txt, b_txt)
+        # whereas the context pixels and the words do matter
+        ctx_changed = dict(batch)
+        ctx_changed["image"] = batch["image"] + 0.5 * torch.randn_like(batch["image"])
+        c_img, _, _ = task.model.encode(ctx_changed, keep_idx=ctx, text_ids=batch["mlm_ids"])
+        d_img, _, _ = task.model.encode(batch, keep_idx=ctx, text_ids=batch["ocr_ids"])
+    assert (c_img - a_img).abs().max() > 1e-3
+    assert (d_img - a_img).abs().max() > 1e-4, "masked units do not read the words"
+
+
+def test_mlm_words_lie_in_visible_units(batch):
+    labels, boxes, ctx = batch["mlm_labels"], batch["ocr_boxes"], batch["ctx_idx"]
+    chosen = labels != -100
+    assert chosen.any()
+    centre = (boxes[..., :2] + boxes[..., 2:]).float() / 2000          # x, y in 0..1
+    unit = (centre[..., 1] * 4).long().clamp(max=3) * 4 + (centre[..., 0] * 4).long().clamp(max=3)
+    for b in range(labels.shape[0]):
+        assert set(unit[b][chosen[b]].tolist()) <= set(ctx[b].tolist())
+
+
+def test_zero_weight_turns_a_loss_and_its_compute_off(batch):
+    torch.manual_seed(0)
+    task = PretrainTask(model=MODEL, init={}, loss={"djepa": 0.0, "mlm": 1.0, "mim": 1.0})
+
+    def fail(*args, **kwargs):
+        raise AssertionError("target encoder ran although loss.djepa=0")
+
+    task.target_encoder.forward = fail
+    out = task.compute_losses(batch)
+    assert "djepa" not in out and {"mlm", "mim"} <= set(out)
+    out["loss"].backward()
+    assert all(p.grad is None for p in task.predictor.parameters())
+    torch.testing.assert_close(out["loss"], out["mlm"] + out["mim"])
+
+
+def test_target_encoder_is_frozen_and_outside_the_optimizer(task, batch):
+    names = [n for n, _ in task.trainable_named_parameters()]
+    assert names and not any(n.startswith("target_encoder.") for n in names)
+    task.train()
+    assert not task.target_encoder.training
+    task.compute_losses(batch)["loss"].backward()
+    assert all(p.grad is None for p in task.target_encoder.parameters())
+    assert task.model.image_encoder.hiera.patch_embed.proj.weight.grad is not None
+
+
+def test_missing_masks_are_named(task, batch):
+    no_mask = {k: v for k, v in batch.items() if k not in ("ctx_idx", "tgt_idx")}
+    with pytest.raises(KeyError, match="ctx_idx.*data.image_masking"):
+        task.compute_losses(no_mask)
+    with pytest.raises(KeyError, match=r"mpl.*allowed: djepa"):
+        PretrainTask(model=MODEL, loss={"mpl": 1.0})
+
+
+def test_init_loads_earlier_stages_and_reports_keys(base_task, tmp_path, caplog):
+    """init.image_encoder from an I-JEPA-style Lightning checkpoint (encoder at the top) and
+    init.text_encoder from a pretrain checkpoint (model.text_encoder.*) with a stray key."""
+    torch.manual_seed(1)
+    donor = copy.deepcopy(base_task)
+    for p in donor.parameters():
+        p.data.normal_()
+    image_ckpt = tmp_path / "ijepa.ckpt"
+    torch.save({"state_dict": {f"image_encoder.{k}": v for k, v in
+                               donor.model.image_encoder.state_dict().items()}}, image_ckpt)
+    text_state = {f"model.text_encoder.{k}": v for k, v in donor.model.text_encoder.state_dict().items()}
+    text_state["model.text_encoder.leftover.weight"] = torch.zeros(3)
+    text_ckpt = tmp_path / "pretrain.ckpt"
+    torch.save({"state_dict": text_state}, text_ckpt)
+
+    task = PretrainTask(model=MODEL, init={"image_encoder": str(image_ckpt), "text_encoder": str(text_ckpt)})
+    for mine, theirs in ((task.model.image_encoder, donor.model.image_encoder),
+                         (task.target_encoder, donor.model.image_encoder),
+                         (task.model.text_encoder, donor.model.text_encoder)):
+        for (name, a), b in zip(mine.state_dict().items(), theirs.state_dict().values()):
+            torch.testing.assert_close(a, b, msg=name)
+    assert task.init_report["text encoder"]["unexpected"] == ["leftover.weight"]
+    assert task.init_report["image encoder"] == {"missing": [], "unexpected": []}
+    # a pretrain checkpoint (DocumentModel keys) also gives its image encoder
+    model_ckpt = tmp_path / "model.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in donor.model.state_dict().items()}}, model_ckpt)
+    again = PretrainTask(model=MODEL, init={"image_encoder": str(model_ckpt)})
+    torch.testing.assert_close(again.model.image_encoder.hiera.patch_embed.proj.weight,
+                               donor.model.image_encoder.hiera.patch_embed.proj.weight)
+    with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
+        PretrainTask(model=MODEL, init={"text_encoder": str(tmp_path / "nowhere.ckpt")})
