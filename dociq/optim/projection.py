@@ -129,8 +129,20 @@ def tucker_factors(grads: Tensor, ranks: Sequence[int], method: str = "svd",
             u = (y @ small_u)[..., :r]
         else:
             raise ValueError(f"tucker method must be 'svd' or 'randomized', got {method!r}")
-        factors.append(u)
+        factors.append(_complete_basis(u, r))
     return factors
+
+
+def _complete_basis(u: Tensor, r: int) -> Tensor:
+    """Extend orthonormal columns u [B, n, c] to r columns when the unfolding has rank c < r
+    (e.g. a 3 x 32 weight asked for rank 4 along its long mode)."""
+    c = u.shape[-1]
+    if c >= r:
+        return u
+    gen = torch.Generator(device=u.device).manual_seed(r)
+    extra = torch.randn(u.shape[0], u.shape[1], r - c, dtype=u.dtype, device=u.device, generator=gen)
+    extra = extra - u @ (u.transpose(1, 2) @ extra)
+    return torch.cat([u, torch.linalg.qr(extra)[0]], dim=2)
 
 
 # ---------------------------------------------------------------- apply projectors

@@ -242,7 +242,8 @@ class SubspaceNGD(Optimizer):
         low = projection.project(g, factors).reshape(B, k)
         hist[:, :, t % s] = low
         filled = min(t + 1, s)
-        natural = self._woodbury_solve(hist, low, group, filled)
+        natural, _ = self._woodbury_solve(hist, low, group, filled)
+        natural = natural.to(torch.float32)
         mom.mul_(group["momentum"]).add_(natural)
 
         norm = torch.linalg.vector_norm(mom, dim=1, keepdim=True)
@@ -293,9 +294,9 @@ class SubspaceNGD(Optimizer):
 
     @staticmethod
     def _woodbury_solve(hist: torch.Tensor, grad: torch.Tensor, group: dict,
-                        filled: int) -> torch.Tensor:
+                        filled: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(lam I + G G^T)^-1 g per member via Woodbury + batched Cholesky, retrying with a
-        larger lam where the factorisation fails."""
+        larger lam where the factorisation fails. Returns (result, lam used), in solve_dtype."""
         dtype = _DTYPES[group["solve_dtype"]]
         G, g = hist.to(dtype), grad.to(dtype)
         lam = group["damping"] * G.square().sum(dim=(1, 2)) / filled
@@ -315,7 +316,7 @@ class SubspaceNGD(Optimizer):
         z = torch.cholesky_solve(rhs, torch.where(failed[:, None, None], eye, chol))
         z = torch.where(failed[:, None, None], torch.zeros_like(z), z)
         natural = (g - (G @ z).squeeze(-1)) / lam[:, None]
-        return natural.to(torch.float32)
+        return natural, lam
 
     # ------------------------------------------------------------------ fallback
     def _fallback_step(self, group: dict, params: list) -> None:

@@ -1,0 +1,215 @@
+"""SubspaceNGD: the solve, the failure paths, conv weights, batching, state and resume."""
+import io
+import math
+import warnings
+
+import pytest
+import torch
+
+from dociq.optim.sngd import SubspaceNGD
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(20, 48), torch.nn.Tanh(), torch.nn.Linear(48, 48),
+                               torch.nn.Tanh(), torch.nn.Linear(48, 48), torch.nn.Tanh(),
+                               torch.nn.Linear(48, 4))
+
+
+def _data(seed=1, n=128):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 20, generator=gen)
+    y = torch.tanh(x[:, :4] * 2) + 0.1 * x[:, 4:8]
+    return x, y
+
+
+def _train(model, opt, steps, data=None):
+    x, y = data or _data()
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _sngd(model, **kw):
+    kw = {"lr": 0.02, "rank": 6, "history": 4, "refresh_every": 5, "min_numel": 200, **kw}
+    return SubspaceNGD(model.parameters(), **kw)
+
+
+def test_woodbury_cholesky_matches_dense_fp64_solve():
+    gen = torch.Generator().manual_seed(0)
+    B, k, s = 3, 50, 7
+    G = torch.randn(B, k, s, generator=gen, dtype=torch.float64)
+    g = torch.randn(B, k, generator=gen, dtype=torch.float64)
+    group = {"damping": 0.3, "solve_dtype": "float64", "max_retries": 3}
+    natural, lam = SubspaceNGD._woodbury_solve(G, g, group, filled=s)
+    # The documented lambda rule: damping x mean squared norm of a history column.
+    torch.testing.assert_close(lam, 0.3 * G.square().sum(dim=(1, 2)) / s)
+    dense = torch.linalg.solve(lam[:, None, None] * torch.eye(k, dtype=torch.float64)
+                               + G @ G.transpose(1, 2), g.unsqueeze(-1)).squeeze(-1)
+    rel = (natural - dense).norm() / dense.norm()
+    assert natural.dtype == torch.float64 and rel < 1e-8, rel.item()
+
+
+def test_cholesky_failure_raises_lambda_and_never_nans():
+    # damping=0 and identical history columns: lam I + G^T G is singular (rank 1) in fp32,
+    # so the first Cholesky fails and lam must be raised until it succeeds.
+    col = torch.randn(1, 30, 1, generator=torch.Generator().manual_seed(0))
+    G = col.repeat(1, 1, 5)
+    group = {"damping": 0.0, "solve_dtype": "float32", "max_retries": 8}
+    natural, lam = SubspaceNGD._woodbury_solve(G, col[..., 0], group, filled=5)
+    assert torch.isfinite(natural).all()
+    scale = G.square().sum() / 5          # the Gram diagonal: lam was raised to >= 1e-6 of it
+    assert lam.item() >= 0.99e-6 * scale.item()
+    # g lies in the history span, so the natural direction is (up to fp32 cancellation) g's.
+    cos = torch.nn.functional.cosine_similarity(natural, col[..., 0])
+    assert cos.item() > 0.95
+    _, info = torch.linalg.cholesky_ex(G.transpose(1, 2) @ G)
+    assert info.item() > 0   # the unregularised system really does fail
+
+
+def test_optimizer_survives_singular_fisher_end_to_end():
+    model = _mlp()
+    opt = _sngd(model, damping=0.0, solve_dtype="float32")
+    x, y = _data()
+    for _ in range(6):    # same batch every step: history columns nearly identical
+        _train(model, opt, 1, (x, y))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_non_finite_gradient_skips_the_step():
+    model = _mlp()
+    opt = _sngd(model)
+    _train(model, opt, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    state_before = {k: v.clone() for k, v in opt.state[model[2].weight].items() if torch.is_tensor(v)}
+    loss = torch.nn.functional.mse_loss(model(_data()[0]), _data()[1])
+    opt.zero_grad()
+    loss.backward()
+    model[2].weight.grad[0, 0] = float("nan")
+    with pytest.warns(RuntimeWarning, match="non-finite gradient"):
+        opt.step()
+    assert opt.skipped_steps == 1
+    for b, p in zip(before, model.parameters()):
+        assert torch.equal(b, p)
+    for key, value in state_before.items():
+        assert torch.equal(value, opt.state[model[2].weight][key])
+    assert opt.state[model[2].weight]["step"] == 2
+
+
+@pytest.mark.parametrize("projector", ["random", "tucker"])
+def test_loss_falls_and_state_is_small(projector):
+    model = _mlp()
+    opt = _sngd(model, projector=projector)
+    losses = _train(model, opt, 40)
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    w = model[2].weight                              # 48 x 48, rank 6: k = 36
+    st = opt.state[w]
+    assert st["history"].shape == (36, 4) and st["momentum"].shape == (36,)
+    state_bytes = sum(v.numel() * v.element_size() for v in st.values() if torch.is_tensor(v))
+    factor_bytes = 2 * 48 * 6 * 4 if projector == "tucker" else 0
+    assert state_bytes == (36 * 4 + 36) * 4 + factor_bytes
+    assert state_bytes / w.numel() < (0.5 if projector == "random" else 1.5)
+
+
+def test_conv_weights_are_projected_along_all_four_modes():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    x = torch.randn(32, 3, 8, 8)
+    y = (x[:, 0].mean(dim=(1, 2)) > 0).long()
+    opt = SubspaceNGD(net.parameters(), lr=0.01, rank=4, history=4, refresh_every=10,
+                      min_numel=200, projector="tucker")
+    losses = []
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+    st = opt.state[net[2].weight]                     # 16 x 16 x 3 x 3 -> 4 x 4 x 3 x 3
+    assert st["momentum"].shape == (4 * 4 * 3 * 3,)
+    assert [st[f"factor{m}"].shape for m in range(4)] == [(16, 4), (16, 4), (3, 3), (3, 3)]
+
+
+def test_batched_buckets_equal_one_parameter_at_a_time():
+    """Same-shaped matrices share a bucket; the result must not depend on it."""
+    a, b = _mlp(), _mlp()
+    opt_a = _sngd(a)
+    # One param group per parameter: every bucket has a single member.
+    opt_b = SubspaceNGD([{"params": [p]} for p in b.parameters()], lr=0.02, rank=6, history=4,
+                        refresh_every=5, min_numel=200)
+    assert max(len(m) for m in opt_a.layout["buckets"].values()) == 2
+    _train(a, opt_a, 12)
+    _train(b, opt_b, 12)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_accumulation_counts_optimizer_steps():
+    model = _mlp()
+    opt = _sngd(model)
+    x, y = _data()
+    for _ in range(3):      # three micro-batches, one optimizer step
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    assert opt.state[model[2].weight]["step"] == 1
+    assert opt.state[model[2].weight]["history"][:, 1:].abs().sum() == 0   # one column filled
+
+
+def _save_load(opt_state: dict) -> dict:
+    buf = io.BytesIO()
+    torch.save(opt_state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("projector,fallback", [("random", "adamw"), ("tucker", "factored")])
+def test_state_dict_round_trip_weights_only(projector, fallback):
+    model = _mlp()
+    opt = _sngd(model, projector=projector, fallback=fallback)
+    _train(model, opt, 7)
+    loaded = _save_load(opt.state_dict())
+    fresh = _sngd(_mlp(), projector=projector, fallback=fallback)
+    fresh.load_state_dict(loaded)
+    for p_old, p_new in zip(model.parameters(), fresh.param_groups[0]["params"]):
+        old, new = opt.state[p_old], fresh.state[p_new]
+        assert old.keys() == new.keys()
+        for key in old:
+            if torch.is_tensor(old[key]):
+                assert new[key].dtype == old[key].dtype and torch.equal(new[key], old[key])
+            else:
+                assert new[key] == old[key]
+
+
+@pytest.mark.parametrize("projector", ["random", "tucker"])
+def test_resume_is_bit_exact(projector):
+    n = 12                                            # refresh_every=5: resume mid-period
+    straight = _mlp()
+    opt = _sngd(straight, projector=projector)
+    _train(straight, opt, n)
+
+    first = _mlp()
+    opt1 = _sngd(first, projector=projector)
+    _train(first, opt1, n // 2)
+    saved = _save_load({"model": first.state_dict(), "optim": opt1.state_dict()})
+    second = _mlp(seed=123)                           # different init: everything must come from the file
+    second.load_state_dict(saved["model"])
+    opt2 = _sngd(second, projector=projector)
+    opt2.load_state_dict(saved["optim"])
+    _train(second, opt2, n - n // 2)
+    for a, b in zip(straight.parameters(), second.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_bad_configuration_names_the_key():
+    with pytest.raises(ValueError, match="projector='qr'.*configs/optim/sngd.yaml"):
+        _sngd(_mlp(), projector="qr")
+    with pytest.raises(ValueError, match="rank"):
+        _sngd(_mlp(), rank=0)
