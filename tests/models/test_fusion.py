@@ -129,3 +129,28 @@ def test_wrong_dense_token_count_is_explained(trunk):
     img, txt, boxes, mask = _inputs()
     with pytest.raises(ValueError, match="image_idx"):
         trunk(img[:, :10], txt, boxes, GRID, text_mask=mask)
+
+
+def test_document_model_dense_encode_matches_multiscale_path():
+    """`encode(multiscale=True)` (finetune) gives the same fused tokens as the plain dense path,
+    plus the four stage maps; with keep_idx the image output is still the whole grid."""
+    from dociq.models.dociq import DocumentModel
+
+    torch.manual_seed(0)
+    model = DocumentModel.from_config(dict(size="tiny", image_size=64, image_encoder={},
+                                           text_encoder={}, fusion={"depth": 1})).eval()
+    B, T = 2, 5
+    batch = {"image": torch.randn(B, 3, 64, 64), "ocr_ids": torch.randint(1000, 2000, (B, T)),
+             "ocr_boxes": torch.tensor([[0, 0, 500, 500]]).repeat(B, T, 1),
+             "ocr_mask": torch.ones(B, T, dtype=torch.bool)}
+    with torch.no_grad():
+        img, txt, maps = model.encode(batch)
+        img_ms, txt_ms, maps_ms = model.encode(batch, multiscale=True)
+        sparse_img, _, _ = model.encode(batch, keep_idx=torch.tensor([[0, 3], [1, 2]]))
+    assert maps is None and len(maps_ms) == 4
+    assert img.shape == (B, 4, model.dim) and txt.shape == (B, T, model.dim)
+    torch.testing.assert_close(img_ms, img, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(txt_ms, txt, atol=1e-5, rtol=1e-4)
+    assert sparse_img.shape == (B, 4, model.dim)
+    with pytest.raises(ValueError, match="keep_idx=None"):
+        model.encode(batch, keep_idx=torch.tensor([[0, 3], [1, 2]]), multiscale=True)
