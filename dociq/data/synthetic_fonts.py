@@ -11,12 +11,19 @@ from pathlib import Path
 import numpy as np
 from PIL import ImageFont
 
-FONT_DIRS = (
-    Path("/usr/share/fonts/truetype/dejavu"),
-    # matplotlib ships the same DejaVu faces, so the generator also works where the Debian
-    # package fonts-dejavu-core is missing.
-    Path(__import__("matplotlib").get_data_path()) / "fonts" / "ttf",
-)
+SYSTEM_FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
+
+
+def font_dirs() -> list[Path]:
+    """Debian's DejaVu folder, then matplotlib's copy of the same faces (so the generator also
+    works where fonts-dejavu-core is missing); matplotlib is imported only when needed."""
+    if SYSTEM_FONT_DIR.is_dir():
+        return [SYSTEM_FONT_DIR]
+    try:
+        import matplotlib
+    except ImportError:
+        return [SYSTEM_FONT_DIR]
+    return [SYSTEM_FONT_DIR, Path(matplotlib.get_data_path()) / "fonts" / "ttf"]
 
 # (family, style) -> file name. Serif names its slanted face "Italic", the others "Oblique".
 FONT_FILES = {
@@ -44,11 +51,12 @@ def font_path(family: str, style: str) -> Path:
     name = FONT_FILES.get((family, style))
     if name is None:
         raise KeyError(f"unknown font ({family!r}, {style!r}); choose from {sorted(FONT_FILES)}")
-    for folder in FONT_DIRS:
+    folders = font_dirs()
+    for folder in folders:
         if (folder / name).is_file():
             return folder / name
     raise FileNotFoundError(
-        f"font {name} not found in {[str(d) for d in FONT_DIRS]}; install it with "
+        f"font {name} not found in {[str(d) for d in folders]}; install it with "
         "`apt-get install fonts-dejavu-core` (or `pip install matplotlib`, which ships DejaVu)"
     )
 
