@@ -15,17 +15,15 @@ SYSTEM_FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 
 
 def font_dirs() -> list[Path]:
-    """Debian's DejaVu folder, then matplotlib's copy of the same faces (so the generator also
-    works where fonts-dejavu-core is missing); matplotlib is imported only when needed."""
-    if SYSTEM_FONT_DIR.is_dir():
-        return [SYSTEM_FONT_DIR]
+    """Debian's DejaVu folder, then matplotlib's copy of the same faces: the oblique faces are in
+    fonts-dejavu-extra, which many machines lack. Called only when a file is not in the first."""
     try:
         import matplotlib
     except ImportError:
         return [SYSTEM_FONT_DIR]
     return [SYSTEM_FONT_DIR, Path(matplotlib.get_data_path()) / "fonts" / "ttf"]
 
-# (family, style) -> file name. Serif names its slanted face "Italic", the others "Oblique".
+
 FONT_FILES = {
     ("sans", "regular"): "DejaVuSans.ttf",
     ("sans", "bold"): "DejaVuSans-Bold.ttf",
@@ -51,13 +49,15 @@ def font_path(family: str, style: str) -> Path:
     name = FONT_FILES.get((family, style))
     if name is None:
         raise KeyError(f"unknown font ({family!r}, {style!r}); choose from {sorted(FONT_FILES)}")
+    if (SYSTEM_FONT_DIR / name).is_file():
+        return SYSTEM_FONT_DIR / name
     folders = font_dirs()
     for folder in folders:
         if (folder / name).is_file():
             return folder / name
     raise FileNotFoundError(
         f"font {name} not found in {[str(d) for d in folders]}; install it with "
-        "`apt-get install fonts-dejavu-core` (or `pip install matplotlib`, which ships DejaVu)"
+        "`apt-get install fonts-dejavu-core fonts-dejavu-extra` (or `pip install matplotlib`, which ships DejaVu)"
     )
 
 

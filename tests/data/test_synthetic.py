@@ -241,3 +241,14 @@ def test_make_synthetic_script_writes_pages_the_coco_reader_reads_back(tmp_path)
         assert all(np.array_equal(q.mask, s.mask) for q, s in zip(a.questions, b.questions))
     with pytest.raises(SystemExit):
         module.main(["--out", str(tmp_path / "bad"), "--pages", "1", "--image-size", "64"])
+
+
+def test_missing_fonts_name_the_folders_and_the_fix(tmp_path, monkeypatch):
+    from dociq.data import synthetic_fonts
+
+    monkeypatch.setattr(synthetic_fonts, "SYSTEM_FONT_DIR", tmp_path)
+    monkeypatch.setattr(synthetic_fonts, "font_dirs", lambda: [tmp_path])
+    with pytest.raises(FileNotFoundError, match=r"DejaVuSerif-Bold\.ttf.*fonts-dejavu-core"):
+        synthetic_fonts.font_path("serif", "bold")
+    with pytest.raises(KeyError, match="unknown font"):
+        synthetic_fonts.font_path("comic", "regular")
