@@ -1,0 +1,411 @@
+"""`stage=finetune`: promptable document segmentation (question / points / box / mask prompts).
+
+Model (`SegmentationModel`, an nn.Module the Predictor uses too): the document model (Hiera image
+encoder + layout text encoder + fusion trunk) encodes the page and its OCR words; a small neck
+turns the fused image tokens (one per 32-px mask unit, conditioned on the OCR text) into the
+decoder's image embedding at stride 16 — the fused grid upsampled x2 plus Hiera's stride-16 map,
+SAM's geometry — and the mask decoder upscales it x4 to stride 4 with SAM 2's high-resolution
+skips from Hiera's stride-8 and stride-4 maps (document regions are thin lines of text). Masks are
+upsampled to the input size for the loss and the metrics.
+
+Training step (SAM's recipe):
+- prompts per question: the question always (when the data has one; `prompts.question` < 1 drops
+  some), plus a box and/or a positive point with probabilities `prompts.box` / `prompts.point`,
+  drawn per prompt, so one batch mixes question-only, question+point, box-only, ... prompts. Box
+  corners travel as points with labels 2/3 (SAM 2), which lets every combination share one batch.
+- `rounds` interactive rounds: after each prediction a correction click is drawn from the error
+  region of the chosen mask and that mask's logits are fed back as the mask prompt; the loss
+  (focal 20 : dice 1 + IoU MSE, lowest-loss candidate only) is summed over rounds.
+- a prompt that is one click and nothing else is ambiguous: it gets the 3 multimask outputs (the
+  lowest-loss one is trained); every other prompt gets the single-mask output (SAM 2's rule).
+Validation uses `val_prompts` (default: the question only), one round, and logs `val/miou`,
+`val/dice` and `val/miou_<kind>` per question kind.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dociq.models.common import LayerNorm2d
+from dociq.models.dociq import DocumentModel
+from dociq.models.image_encoder import load_image_encoder_from_checkpoint
+from dociq.models.mask_decoder import MaskDecoder
+from dociq.models.prompt_encoder import (BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_POINT,
+                                         POSITIVE_POINT, PromptEncoder)
+from dociq.models.text_encoder import load_text_encoder_from_checkpoint
+from dociq.tasks.base import DociqTask
+from dociq.tasks.segment_losses import (append_points, sample_correction_points,
+                                        segmentation_loss, select_mask_prompt)
+from dociq.tasks.segment_metrics import SegmentationMetrics
+
+log = logging.getLogger(__name__)
+
+PROMPT_KINDS = ("question", "box", "point")
+FREEZABLE = ("image_encoder", "text_encoder", "fusion")
+HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder")
+
+
+# ---- the model ---------------------------------------------------------------------------------
+
+class ImageEmbeddingNeck(nn.Module):
+    """Fused unit-grid tokens [B, N, D] (stride 32) + Hiera stride-16 map -> [B, C, 2gh, 2gw].
+
+    The fused tokens carry what the OCR text says about each unit; the stride-16 map adds the
+    resolution a 32-px unit lacks. SAM's neck (1x1 conv, LN, 3x3 conv, LN) mixes the sum."""
+
+    def __init__(self, fused_dim: int, stride16_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.fused_proj = nn.Conv2d(fused_dim, out_dim, kernel_size=1)
+        self.stride16_proj = nn.Conv2d(stride16_dim, out_dim, kernel_size=1)
+        self.mix = nn.Sequential(LayerNorm2d(out_dim), nn.Conv2d(out_dim, out_dim, 3, padding=1, bias=False),
+                                 LayerNorm2d(out_dim))
+
+    def forward(self, fused: Tensor, grid: tuple[int, int], stride16: Tensor) -> Tensor:
+        b, n, d = fused.shape
+        x = self.fused_proj(fused.transpose(1, 2).reshape(b, d, *grid))
+        x = F.interpolate(x, size=stride16.shape[-2:], mode="bilinear", align_corners=False)
+        return self.mix(x + self.stride16_proj(stride16))
+
+
+class SegmentationModel(DocumentModel):
+    """DocumentModel + neck + prompt encoder + mask decoder. Keys of the document parts are the
+    DocumentModel's, so a pretrain checkpoint's `model.*` loads into it unchanged."""
+
+    def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
+                 prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder) -> None:
+        super().__init__(image_encoder, text_encoder, fusion)
+        self.neck = neck
+        self.prompt_encoder = prompt_encoder
+        self.mask_decoder = mask_decoder
+
+    @classmethod
+    def from_config(cls, model: Mapping[str, Any]) -> "SegmentationModel":
+        doc = DocumentModel.from_config(model)
+        size, image_size = model["size"], int(model["image_size"])
+        gh, gw = doc.unit_grid
+        embed_hw = (2 * gh, 2 * gw)                     # stride 16
+        prompt_kw = {"image_embedding_size": embed_hw, "input_image_size": (image_size, image_size),
+                     **dict(model.get("prompt_encoder") or {})}
+        prompt_encoder = PromptEncoder.from_size(size, **prompt_kw)
+        if tuple(prompt_encoder.image_embedding_size) != embed_hw:
+            raise ValueError(f"model.prompt_encoder.image_embedding_size must be {list(embed_hw)} (the "
+                             f"stride-16 grid of a {image_size}-px page); remove the override")
+        stage_dims = doc.image_encoder.stage_dims
+        decoder_kw = {"use_high_res_features": True, "high_res_channels": (stage_dims[0], stage_dims[1]),
+                      **dict(model.get("mask_decoder") or {})}
+        mask_decoder = MaskDecoder.from_size(size, **decoder_kw)
+        if mask_decoder.transformer_dim != prompt_encoder.embed_dim:
+            raise ValueError(f"model.mask_decoder.transformer_dim ({mask_decoder.transformer_dim}) must equal "
+                             f"model.prompt_encoder.embed_dim ({prompt_encoder.embed_dim})")
+        neck = ImageEmbeddingNeck(doc.dim, stage_dims[2], prompt_encoder.embed_dim)
+        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder)
+
+    def embed_image(self, batch: Mapping[str, Any]) -> tuple[Tensor, list[Tensor]]:
+        """Page (+ OCR) -> decoder image embedding [B, C, h, w] and [stride-4, stride-8] skip maps."""
+        fused, _, maps = self.encode(batch, multiscale=True)
+        return self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]]
+
+    def encode_questions(self, question_ids: Tensor) -> Tensor:
+        """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
+        step and reused by every interactive round."""
+        if self.prompt_encoder.question_encoder is None:
+            raise ValueError("the prompt encoder has no question tower: set model.prompt_encoder.question_model")
+        return self.prompt_encoder.question_encoder(question_ids)
+
+    def decode(self, embedding: Tensor, high_res: list[Tensor], question_tokens: Tensor | None,
+               points: tuple[Tensor, Tensor] | None, mask_prompt: Tensor | None,
+               ) -> tuple[Tensor, Tensor]:
+        """All decoder outputs: masks [N, 4, 4h, 4w] (0 = single-mask token, 1..3 multimask) and
+        iou [N, 4]. Prompts are flattened image-major (N = B*Q). Box corners go in `points`."""
+        n = question_tokens.shape[0] if question_tokens is not None else (
+            points[0].shape[0] if points is not None else mask_prompt.shape[0])
+        sparse, dense = self.prompt_encoder(points=points, masks=mask_prompt)
+        if sparse.shape[0] != n:   # no point or mask prompt: one empty row and the no-mask map
+            sparse, dense = sparse.expand(n, -1, -1), dense.expand(n, -1, -1, -1)
+        if question_tokens is not None:
+            sparse = torch.cat([sparse, question_tokens], dim=1)
+        return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
+                                               dense, high_res)
+
+
+def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:
+    """Per prompt, the candidates to train/score: the 3 multimask outputs for ambiguous prompts,
+    the single-mask output (repeated 3 times, so the min-over-candidates picks it) otherwise."""
+    single_m, single_i = masks[:, :1].expand(-1, 3, -1, -1), iou[:, :1].expand(-1, 3)
+    a = ambiguous.view(-1, 1)
+    return torch.where(a[..., None, None], masks[:, 1:], single_m), torch.where(a, iou[:, 1:], single_i)
+
+
+def best_candidate(masks: Tensor, iou: Tensor) -> Tensor:
+    """The candidate with the highest predicted IoU per prompt -> [N, h, w] logits."""
+    return select_mask_prompt(masks, iou)[:, 0]
+
+
+def remove_ocr_words(batch: dict) -> dict:
+    """The batch as if the pages had no OCR words: only [CLS] [SEP] remain (the layout-only
+    baseline). Special tokens are moved to the front in order, as the tokenizer emits them."""
+    keep = batch["ocr_mask"] & (batch["ocr_word_index"] < 0)
+    order = torch.sort((~keep).long(), dim=1, stable=True).indices
+    t = int(keep.sum(1).max())
+    order = order[:, :t]
+    out = dict(batch)
+    out["ocr_ids"] = batch["ocr_ids"].gather(1, order)
+    out["ocr_mask"] = keep.gather(1, order)
+    out["ocr_boxes"] = batch["ocr_boxes"].gather(1, order[..., None].expand(-1, -1, 4))
+    out["ocr_word_index"] = batch["ocr_word_index"].gather(1, order)
+    return out
+
+
+# ---- the task ----------------------------------------------------------------------------------
+
+class SegmentTask(DociqTask):
+    def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
+                 prompts: Mapping[str, float] | None = None,
+                 val_prompts: Sequence[str] = ("question",),
+                 rounds: int = 2, box_noise: float = 0.1,
+                 loss: Mapping[str, float] | None = None,
+                 freeze: Mapping[str, bool] | None = None,
+                 ocr: bool = True,
+                 optimizer=None, scheduler=None) -> None:
+        super().__init__(optimizer, scheduler)
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.prompt_probs = self._check_prompts(prompts)
+        unknown = set(val_prompts) - set(PROMPT_KINDS)
+        if unknown or not val_prompts:
+            raise KeyError(f"task.val_prompts {list(val_prompts)}: choose a non-empty subset of {PROMPT_KINDS}")
+        self.val_prompts = tuple(val_prompts)
+        if int(rounds) < 1:
+            raise ValueError(f"task.rounds must be >= 1, got {rounds}")
+        self.rounds, self.box_noise, self.use_ocr = int(rounds), float(box_noise), bool(ocr)
+        loss = {"focal": 20.0, "dice": 1.0, "iou": 1.0} | dict(loss or {})
+        if set(loss) - {"focal", "dice", "iou"}:
+            raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - {'focal', 'dice', 'iou'})}; "
+                           "allowed: focal, dice, iou")
+        self.loss_weights = {k: float(v) for k, v in loss.items()}
+
+        self.model = SegmentationModel.from_config(model)
+        self.init_report: dict[str, dict[str, list[str]]] = {}
+        self._load_init(dict(init or {}))
+        self.frozen = self._freeze(dict(freeze or {}))
+        self.val_metrics = SegmentationMetrics()
+
+    # ---- setup -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_prompts(prompts: Mapping[str, float] | None) -> dict[str, float]:
+        probs = {"question": 1.0, "box": 0.3, "point": 0.5} | dict(prompts or {})
+        unknown = set(probs) - set(PROMPT_KINDS)
+        if unknown:
+            raise KeyError(f"unknown task.prompts key(s) {sorted(unknown)}; allowed: {', '.join(PROMPT_KINDS)}")
+        bad = {k: v for k, v in probs.items() if not 0.0 <= float(v) <= 1.0}
+        if bad:
+            raise ValueError(f"task.prompts are probabilities in [0, 1], got {bad}")
+        return {k: float(v) for k, v in probs.items()}
+
+    def _freeze(self, freeze: dict[str, bool]) -> list[str]:
+        unknown = set(freeze) - set(FREEZABLE)
+        if unknown:
+            raise KeyError(f"unknown task.freeze key(s) {sorted(unknown)}; allowed: {', '.join(FREEZABLE)}")
+        frozen = [part for part in FREEZABLE if freeze.get(part, False)]
+        for part in frozen:
+            getattr(self.model, part).requires_grad_(False)
+        return frozen
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for part in self.frozen:   # frozen parts keep eval behaviour (no drop path / dropout)
+            getattr(self.model, part).eval()
+        return self
+
+    def _load_init(self, init: dict[str, Any]) -> None:
+        """init.from: a pretrain (or finetune) checkpoint's `model.*`; init.image_encoder /
+        init.text_encoder: the encoders of ijepa / mlm (or any stage's) checkpoints."""
+        unknown = set(init) - {"image_encoder", "text_encoder", "from"}
+        if unknown:
+            raise KeyError(f"unknown init key(s) {sorted(unknown)}; allowed: image_encoder, text_encoder, from")
+        if init.get("from"):
+            self._load_part("model", self.model, _model_state(init["from"]), init["from"],
+                            expected_missing=HEAD_PARTS)
+        if init.get("image_encoder"):
+            self._load_part("image encoder", self.model.image_encoder,
+                            load_image_encoder_from_checkpoint(init["image_encoder"]), init["image_encoder"])
+        if init.get("text_encoder"):
+            self._load_part("text encoder", self.model.text_encoder,
+                            load_text_encoder_from_checkpoint(init["text_encoder"]), init["text_encoder"])
+
+    def _load_part(self, what: str, module: nn.Module, state: dict, path: str,
+                   expected_missing: Sequence[str] = ()) -> None:
+        try:
+            result = module.load_state_dict(state, strict=False)
+        except RuntimeError as err:   # shape mismatches
+            raise ValueError(f"init {what} from {path}: tensors do not fit ({err}); the checkpoint was "
+                             "trained with another model size: set model=<its size>") from err
+        missing = list(result.missing_keys)
+        new_parts = [k for k in missing if k.split(".")[0] in expected_missing]
+        missing = [k for k in missing if k not in new_parts]
+        unexpected = list(result.unexpected_keys)
+        self.init_report[what] = {"missing": missing, "unexpected": unexpected, "new": new_parts}
+        loaded = len(state) - len(unexpected)
+        msg = (f"init {what} from {path}: {loaded} tensors loaded, {len(missing)} missing, "
+               f"{len(unexpected)} unexpected")
+        if new_parts:
+            parts = sorted({k.split('.')[0] for k in new_parts})
+            msg += f", {len(new_parts)} new (fine-tuning parts {', '.join(parts)} start from scratch)"
+        if missing:
+            msg += f"\n  missing: {', '.join(missing)}"
+        if unexpected:
+            msg += f"\n  unexpected: {', '.join(unexpected)}"
+        if loaded == 0:
+            raise KeyError(f"{msg}\nnothing in {path} fits the {what}: check model.size against "
+                           "the checkpoint's stage and size")
+        (log.warning if missing or unexpected else log.info)(msg)
+
+    # ---- prompts -----------------------------------------------------------------------------
+
+    def sample_prompts(self, batch: Mapping[str, Any], kinds: Sequence[str] | None = None,
+                       probs: Mapping[str, float] | None = None,
+                       ) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None, Tensor]:
+        """First-round prompts for every (page, question) slot, flattened image-major.
+
+        kinds: use exactly these prompt kinds for every prompt (validation), or None to draw them
+        with `probs` (training). Prompts without a question (no text in the data, or dropped) get
+        a point when they would otherwise be empty.
+        Returns question ids [N, L] (zero rows = none) or None, points (coords [N, 3, 2] pixel
+        indices, labels [N, 3]: the click then the box corners, -1 = unused) or None, and
+        `ambiguous` bool [N] (a single click alone)."""
+        valid = batch["prompt_valid"].reshape(-1)
+        n = valid.shape[0]
+        device = valid.device
+        ids = batch["prompt_ids"].reshape(n, -1)
+        has_text = (ids != 0).any(1)
+        if kinds is not None:
+            use = {k: torch.full((n,), k in kinds, dtype=torch.bool, device=device) for k in PROMPT_KINDS}
+        else:
+            probs = probs or self.prompt_probs
+            use = {k: torch.rand(n, device=device) < probs[k] for k in PROMPT_KINDS}
+        use["question"] = use["question"] & has_text
+        empty = ~(use["question"] | use["box"] | use["point"])
+        use["point"] = use["point"] | empty
+
+        question_ids = torch.where(use["question"][:, None], ids, torch.zeros_like(ids)) \
+            if bool(use["question"].any()) else None
+        ambiguous = use["point"] & ~use["box"] & ~use["question"]
+        if not bool((use["point"] | use["box"]).any()):
+            return question_ids, None, ambiguous
+
+        click = batch["points"].reshape(n, -1, 2)[:, :1] - 0.5        # collator: pixel centres
+        boxes = batch["boxes"].reshape(n, 4).clone()
+        if kinds is None and self.box_noise > 0:
+            boxes = self._jitter_boxes(boxes)
+        coords = torch.cat([click, boxes.view(n, 2, 2)], dim=1)
+        labels = torch.tensor([POSITIVE_POINT, BOX_TOP_LEFT, BOX_BOTTOM_RIGHT], device=device).expand(n, 3)
+        on = torch.stack([use["point"], use["box"], use["box"]], dim=1)
+        labels = torch.where(on, labels, torch.full_like(labels, NOT_A_POINT))
+        coords = torch.where(on[..., None], coords, torch.zeros_like(coords))
+        return question_ids, (coords, labels), ambiguous
+
+    def _jitter_boxes(self, boxes: Tensor) -> Tensor:
+        """SAM's box noise: each coordinate moves by N(0, (box_noise * side)^2), at most 20 px."""
+        side = torch.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]] * 2, dim=1)
+        noise = (torch.randn_like(boxes) * self.box_noise * side).clamp(-20, 20)
+        size = float(self.model.prompt_encoder.input_image_size[0])
+        return (boxes + noise).clamp(0, size)
+
+    # ---- forward / loss ----------------------------------------------------------------------
+
+    def _check_batch(self, batch: Mapping[str, Any]) -> None:
+        for key in ("prompt_ids", "prompt_valid", "masks", "points", "boxes"):
+            if key not in batch:
+                raise KeyError(f"finetune batch has no `{key}`: set data.questions=true "
+                               "(configs/stage/finetune.yaml sets it)")
+
+    def run_rounds(self, batch: dict, rounds: int, kinds: Sequence[str] | None = None) -> dict[str, Any]:
+        """Prompt, predict, correct, `rounds` times. Returns the summed loss, per-round losses and
+        the last round's chosen masks [N, H, W] (logits at the input size)."""
+        self._check_batch(batch)
+        if not self.use_ocr:
+            batch = remove_ocr_words(batch)
+        targets = batch["masks"].flatten(0, 1)                               # [N, H, W]
+        valid = batch["prompt_valid"].reshape(-1)
+        question_ids, points, ambiguous = self.sample_prompts(batch, kinds)
+        embedding, high_res = self.model.embed_image(batch)
+        question_tokens = self.model.encode_questions(question_ids) if question_ids is not None else None
+        mask_prompt, total, per_round = None, 0.0, []
+        w = self.loss_weights
+        for r in range(rounds):
+            all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt)
+            masks, iou = choose_outputs(all_masks, all_iou, ambiguous)
+            seg = segmentation_loss(masks, iou, targets, valid, focal_weight=w["focal"],
+                                    dice_weight=w["dice"], iou_weight=w["iou"])
+            total = total + seg.loss
+            per_round.append(seg)
+            chosen = select_mask_prompt(masks, iou)                         # [N, 1, h, w], detached
+            if r + 1 < rounds:
+                up = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)
+                new_points, new_labels = sample_correction_points(up, targets)
+                points = append_points(points, new_points, new_labels)
+                mask_prompt = chosen
+                ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
+        final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+        return {"loss": total, "rounds": per_round, "masks": final, "targets": targets, "valid": valid,
+                "points": points, "mask_prompt": mask_prompt}
+
+    # ---- Lightning hooks ---------------------------------------------------------------------
+
+    def training_step(self, batch, batch_idx):
+        out = self.run_rounds(batch, self.rounds)
+        bs = batch["image"].shape[0]
+        self.log("train/loss", out["loss"].detach(), prog_bar=True, on_step=True, batch_size=bs)
+        first, last = out["rounds"][0], out["rounds"][-1]
+        valid = out["valid"]
+        self.log_dict({"train/focal": first.focal.detach(), "train/dice_loss": first.dice.detach(),
+                       "train/iou_mse": first.iou_mse.detach(),
+                       "train/iou_round1": first.actual_iou[valid].mean() if valid.any() else 0.0,
+                       f"train/iou_round{len(out['rounds'])}": last.actual_iou[valid].mean()
+                       if valid.any() else 0.0}, on_step=True, batch_size=bs)
+        return out["loss"]
+
+    def validation_step(self, batch, batch_idx):
+        out = self.run_rounds(batch, 1, kinds=self.val_prompts)
+        valid = out["valid"]
+        kinds = [k for page in batch["prompt_kind"] for k in page]
+        pred = out["masks"][valid] > 0
+        self.val_metrics.update(pred, out["targets"][valid] > 0.5, kinds)
+        self.log("val/loss", out["loss"].detach(), prog_bar=True, on_epoch=True,
+                 batch_size=batch["image"].shape[0])
+        return out["loss"]
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = self.val_metrics.compute()
+        for name, value in metrics.items():
+            self.log(f"val/{name}", value, prog_bar=name == "miou")
+        self.val_metrics.reset()
+
+
+# ---- checkpoint reading ------------------------------------------------------------------------
+
+def _read_state(path: str) -> dict[str, Tensor]:
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist (init.from): give a .ckpt of "
+                                "stage=pretrain or stage=finetune")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a Lightning checkpoint or state dict (init.from)")
+    return state
+
+
+def _model_state(path: str) -> dict[str, Tensor]:
+    """`model.*` tensors of a pretrain/finetune checkpoint (prefix stripped); a plain state dict
+    of a DocumentModel / SegmentationModel is taken as is."""
+    state = _read_state(path)
+    prefixed = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.") and torch.is_tensor(v)}
+    if prefixed:
+        return prefixed
+    return {k: v for k, v in state.items() if torch.is_tensor(v)}
