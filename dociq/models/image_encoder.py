@@ -138,14 +138,15 @@ class ImageEncoder(nn.Module):
         if mismatched:
             raise ValueError(f"{source}: shapes differ from model.image_encoder (size/overrides wrong?): "
                              + "; ".join(mismatched[:5]))
+        missing = [k for k in own if k not in state_dict]
+        if missing:  # checked before loading, so a failed load leaves the encoder untouched
+            raise KeyError(f"{source}: missing image-encoder keys {missing[:10]} ({len(missing)} in all): "
+                           "the checkpoint is not a Hiera of this size; pick the matching model.size / "
+                           "model.image_encoder overrides")
         result = self.load_state_dict(state_dict, strict=False)
         if result.unexpected_keys:
             log.warning("%s: %d unexpected image-encoder keys ignored: %s", source,
                         len(result.unexpected_keys), result.unexpected_keys[:10])
-        if result.missing_keys:
-            raise KeyError(f"{source}: missing image-encoder keys {result.missing_keys[:10]} "
-                           f"({len(result.missing_keys)} in all): the checkpoint is not a Hiera of this "
-                           "size; pick the matching model.size / model.image_encoder overrides")
         log.info("loaded image encoder from %s (%d tensors)", source, len(state_dict))
 
 

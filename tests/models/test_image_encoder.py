@@ -110,8 +110,10 @@ def test_missing_keys_raise_and_unexpected_keys_are_logged(tmp_path, caplog):
     path = tmp_path / "broken.pth"
     torch.save(state, path)
     encoder = ImageEncoder.from_size("tiny", img_size=128, **SMALL)
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
     with pytest.raises(KeyError, match=r"broken\.pth.*blocks\.1\.mlp\.fc1\.weight"):
         encoder.load_checkpoint(path)
+    assert all(torch.equal(v, before[k]) for k, v in encoder.state_dict().items())  # nothing half-loaded
     state["blocks.1.mlp.fc1.weight"] = torch.zeros(32 * 4, 32)
     torch.save(state, path)
     with caplog.at_level(logging.WARNING):
