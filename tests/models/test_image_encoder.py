@@ -139,3 +139,14 @@ def test_encoder_from_lightning_checkpoints_of_any_stage(tmp_path):
     torch.save({"state_dict": {"text_encoder.w": torch.zeros(1)}}, path)
     with pytest.raises(KeyError, match="text_encoder"):
         load_image_encoder_from_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_base_is_hiera_b_plus_at_1024():
+    encoder = ImageEncoder.from_size("base").eval()
+    assert encoder.image_size == (1024, 1024) and encoder.unit_grid == (32, 32)
+    assert encoder.stage_dims == [112, 224, 448, 896] and encoder.embed_dim == 896
+    assert [len([b for b in encoder.hiera.blocks if b.dim_out == d]) for d in encoder.stage_dims] == [2, 3, 16, 3]
+    with torch.no_grad():
+        tokens = encoder(torch.randn(1, 3, 1024, 1024), torch.arange(0, 1024, 128)[None])
+    assert tokens.shape == (1, 8, 896)
