@@ -169,7 +169,7 @@ class SegmentTask(DociqTask):
                  rounds: int = 2, box_noise: float = 0.1,
                  loss: Mapping[str, float] | None = None,
                  freeze: Mapping[str, bool] | None = None,
-                 ocr: bool = True,
+                 ocr: bool = True, loss_size: int | None = None,
                  optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -181,6 +181,9 @@ class SegmentTask(DociqTask):
         if int(rounds) < 1:
             raise ValueError(f"task.rounds must be >= 1, got {rounds}")
         self.rounds, self.box_noise, self.use_ocr = int(rounds), float(box_noise), bool(ocr)
+        if loss_size is not None and int(loss_size) < 1:
+            raise ValueError(f"task.loss_size must be a positive side length or null, got {loss_size}")
+        self.loss_size = None if loss_size is None else int(loss_size)
         loss = {"focal": 20.0, "dice": 1.0, "iou": 1.0} | dict(loss or {})
         if set(loss) - {"focal", "dice", "iou"}:
             raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - {'focal', 'dice', 'iou'})}; "
@@ -263,6 +266,7 @@ class SegmentTask(DociqTask):
             raise KeyError(f"{msg}\nnothing in {path} fits the {what}: check model.size against "
                            "the checkpoint's stage and size")
         (log.warning if missing or unexpected else log.info)(msg)
+        print(msg)   # also visible when logging is not configured (compose() outside Hydra)
 
     # ---- prompts -----------------------------------------------------------------------------
 
@@ -330,6 +334,10 @@ class SegmentTask(DociqTask):
         if not self.use_ocr:
             batch = remove_ocr_words(batch)
         targets = batch["masks"].flatten(0, 1)                               # [N, H, W]
+        # The loss compares at the input size (SAM) or, cheaper, at `loss_size` (area-averaged
+        # soft targets); clicks and metrics always use the input-size targets.
+        loss_targets = targets if self.loss_size is None else F.interpolate(
+            targets[:, None], size=(self.loss_size, self.loss_size), mode="area")[:, 0]
         valid = batch["prompt_valid"].reshape(-1)
         question_ids, points, ambiguous = self.sample_prompts(batch, kinds)
         embedding, high_res = self.model.embed_image(batch)
@@ -339,7 +347,7 @@ class SegmentTask(DociqTask):
         for r in range(rounds):
             all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt)
             masks, iou = choose_outputs(all_masks, all_iou, ambiguous)
-            seg = segmentation_loss(masks, iou, targets, valid, focal_weight=w["focal"],
+            seg = segmentation_loss(masks, iou, loss_targets, valid, focal_weight=w["focal"],
                                     dice_weight=w["dice"], iou_weight=w["iou"])
             total = total + seg.loss
             per_round.append(seg)
