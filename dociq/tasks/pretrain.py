@@ -221,8 +221,10 @@ class PretrainTask(DociqTask):
             raise ValueError("the EMA momentum schedule needs a finite run: set trainer.max_steps")
         return momentum_schedule(self.global_step, int(total), self.ema_start, self.ema_end)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        # global_step already counts this optimizer step; the target follows the updated online net.
+    def optimizer_step(self, *args, **kwargs) -> None:
+        # Once per optimizer step (not per micro-batch under gradient accumulation): the target
+        # follows the online encoder right after its update.
+        super().optimizer_step(*args, **kwargs)
         if self.loss_weights["djepa"] > 0:
             ema_update(self.target_encoder, self.model.image_encoder, self._momentum())
 

@@ -157,3 +157,26 @@ def test_init_loads_earlier_stages_and_reports_keys(base_task, tmp_path, caplog)
                                donor.model.image_encoder.hiera.patch_embed.proj.weight)
     with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
         PretrainTask(model=MODEL, init={"text_encoder": str(tmp_path / "nowhere.ckpt")})
+
+
+def test_each_optimizer_step_moves_the_ema_target(task, batch):
+    """After an optimizer step the target is momentum * old target + (1 - momentum) * new online."""
+    opt = torch.optim.SGD(dict(task.trainable_named_parameters()).values(), lr=0.5)
+    before = {k: v.clone() for k, v in task.target_encoder.state_dict().items()}
+
+    def closure():
+        opt.zero_grad()
+        loss = task.compute_losses(batch)["loss"]
+        loss.backward()
+        return loss
+
+    task.optimizer_step(0, 0, opt, closure)
+    m = task.ema_start   # step 0 of the schedule
+    online = task.model.image_encoder.state_dict()
+    moved = 0
+    for name, old in before.items():
+        if old.is_floating_point():
+            expected = m * old + (1 - m) * online[name]
+            torch.testing.assert_close(task.target_encoder.state_dict()[name], expected)
+            moved += int(not torch.equal(task.target_encoder.state_dict()[name], old))
+    assert moved > 0

@@ -1,0 +1,142 @@
+"""Plot the loss curves of a pretraining run from its CSV log (Lightning CSVLogger's metrics.csv).
+
+    python scripts/plot_losses.py                                  # newest outputs/pretrain run
+    python scripts/plot_losses.py outputs/pretrain/runs/<run>      # a run dir (or its metrics.csv)
+    python scripts/plot_losses.py RUN --out docs/img/pretrain_losses.png
+
+One panel per loss (D-JEPA, MLM, MIM, total): training steps as a thin line plus a smoothed line,
+validation as markers; a last panel shows the collapse signals (std of target and predicted
+features across the batch). Prints a first/last table of every loss.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+LOSSES = (("djepa", "D-JEPA (smooth-L1)"), ("mlm", "MLM (cross-entropy)"),
+          ("mim", "MIM (pixel MSE)"), ("loss", "total (weighted)"))
+COLLAPSE = (("target_std", "target feature std"), ("pred_std", "predicted feature std"))
+
+
+def find_metrics(path: Path | None, root: Path = Path("outputs")) -> Path:
+    """metrics.csv of `path` (a file, a run dir, or the newest pretrain run under `root`)."""
+    if path is None:
+        runs = sorted(root.glob("pretrain/runs/*/csv/metrics.csv"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise FileNotFoundError(f"no {root}/pretrain/runs/*/csv/metrics.csv: run "
+                                    "`python train.py stage=pretrain` first, or pass a CSV path")
+        return runs[-1]
+    if path.is_dir():
+        found = sorted(path.glob("**/metrics.csv"))
+        if not found:
+            raise FileNotFoundError(f"no metrics.csv under {path}: give the run dir of a logger=csv run")
+        return found[0]
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: give a metrics.csv or a run dir")
+    return path
+
+
+def read_series(csv_path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """column -> (steps, values), skipping empty cells (CSVLogger writes sparse rows)."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    with open(csv_path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or "step" not in reader.fieldnames:
+            raise ValueError(f"{csv_path} has no `step` column: is it a Lightning CSVLogger metrics.csv?")
+        for row in reader:
+            step = int(float(row["step"]))
+            for key, value in row.items():
+                if key in ("step", "epoch") or value in ("", None):
+                    continue
+                steps, values = series.setdefault(key, ([], []))
+                steps.append(step)
+                values.append(float(value))
+    return series
+
+
+def smooth(values: list[float], weight: float = 0.8) -> list[float]:
+    out, last = [], None
+    for v in values:
+        last = v if last is None else weight * last + (1 - weight) * v
+        out.append(last)
+    return out
+
+
+def plot(series: dict, out: Path, title: str) -> None:
+    panels = [(name, label) for name, label in LOSSES
+              if f"train/{name}" in series or f"val/{name}" in series]
+    if not panels:
+        raise ValueError(f"no train/<loss> or val/<loss> columns among {sorted(series)}")
+    ncols = len(panels) + 1
+    fig, axes = plt.subplots(1, ncols, figsize=(3.6 * ncols, 3.2))
+    for ax, (name, label) in zip(axes, panels):
+        if f"train/{name}" in series:
+            steps, values = series[f"train/{name}"]
+            ax.plot(steps, values, color="tab:blue", alpha=0.25, lw=1,
+                    marker="." if len(values) < 20 else None)
+            ax.plot(steps, smooth(values), color="tab:blue", lw=1.8, label="train")
+        if f"val/{name}" in series:
+            steps, values = series[f"val/{name}"]
+            ax.plot(steps, values, "o-", color="tab:orange", ms=4, lw=1.2, label="val")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    ax = axes[-1]
+    for (name, label), color in zip(COLLAPSE, ("tab:green", "tab:red")):
+        if f"train/{name}" in series:
+            steps, values = series[f"train/{name}"]
+            ax.plot(steps, smooth(values), color=color, lw=1.5, label=label,
+                    marker="." if len(values) < 20 else None)
+    ax.set_title("collapse signals", fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def summary(series: dict) -> list[tuple[str, float, float, int]]:
+    rows = []
+    for name, _ in LOSSES:
+        for split in ("train", "val"):
+            key = f"{split}/{name}"
+            if key in series and series[key][1]:
+                steps, values = series[key]
+                rows.append((key, values[0], values[-1], steps[-1]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", nargs="?", type=Path, help="metrics.csv or a run dir (default: newest pretrain run)")
+    parser.add_argument("--out", type=Path, default=Path("docs/img/pretrain_losses.png"))
+    args = parser.parse_args(argv)
+    try:
+        csv_path = find_metrics(args.path)
+        series = read_series(csv_path)
+        plot(series, args.out, title=str(csv_path.parent.parent.name))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{'metric':<14} {'first':>9} {'last':>9} {'at step':>8}")
+    for key, first, last, step in summary(series):
+        print(f"{key:<14} {first:>9.4f} {last:>9.4f} {step:>8d}" if math.isfinite(last) else key)
+    print(f"wrote {args.out} from {csv_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

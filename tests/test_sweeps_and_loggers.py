@@ -1,0 +1,114 @@
+"""Sweeps (Hydra multirun, Optuna) and loggers (CSV, TensorBoard, W&B offline) of train.py.
+
+Fast (default suite): the Optuna search config composes; one short in-process run logs to all
+three loggers at once and each leaves its run files. Slow: real `python train.py -m` sweeps and one
+CLI run per logger.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf, open_dict
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predictor.depth=1",
+         "trainer.enable_progress_bar=false"]
+
+
+def test_optuna_search_config_composes_and_minimises_the_stage_metric():
+    from dociq.config import compose
+
+    cfg = compose(["hparams_search=optuna"])
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "minimize"
+    assert cfg.optimized_metric == "val/loss" == cfg.stage.monitor
+    assert "optim.optimizer.lr" in sweeper.params
+    # loss weights must not be searched: the metric is their weighted sum
+    assert not any(key.startswith("task.loss") for key in sweeper.params)
+
+
+def _run_dir_files(output_dir: Path) -> dict[str, list[Path]]:
+    return {"csv": list(output_dir.glob("csv/metrics.csv")),
+            "tensorboard": list(output_dir.glob("tensorboard/**/events.out.tfevents.*")),
+            "wandb": list(output_dir.glob("wandb/offline-run-*/run-*.wandb"))}
+
+
+def test_all_three_loggers_write_their_run_files(tmp_path, monkeypatch):
+    from dociq.config import compose
+    from dociq.train import train
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    cfg = compose(SMOKE + ["logger=many", f"paths.root_dir={tmp_path}", "trainer.max_steps=2",
+                           "trainer.log_every_n_steps=1"], return_hydra_config=False)
+    out = tmp_path / "run"
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+        # logger=many is csv + tensorboard; add the wandb group's logger next to them
+        cfg.logger.wandb = OmegaConf.load(REPO / "configs/logger/wandb.yaml").wandb
+        cfg.logger.wandb.save_dir = str(out)
+    metrics = train(cfg)
+    assert math.isfinite(metrics["val/loss"])
+    files = _run_dir_files(out)
+    assert all(files.values()), files
+    header = files["csv"][0].read_text().splitlines()[0].split(",")
+    for key in ("train/loss", "train/djepa", "train/mlm", "train/mim", "train/target_std", "val/loss"):
+        assert key in header, key
+    assert files["wandb"][0].stat().st_size > 0
+
+
+def _train_cli(args: list[str], root: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DOCIQ_ROOT=str(root), WANDB_MODE="offline", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_multirun_2x2_fast_dev_run_gives_one_output_dir_per_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    out = _train_cli(["-m", *SMOKE, "optim=adamw,galore", "optim.optimizer.lr=1e-3,3e-4",
+                      "++trainer.fast_dev_run=true", f"hydra.sweep.dir={sweep_dir}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    combos = set()
+    for job in jobs:
+        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        combos.add(tuple(o for o in overrides if o.startswith(("optim=", "optim.optimizer.lr="))))
+        assert (job / "train.log").exists()
+        cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        assert cfg["trainer"]["fast_dev_run"] is True
+    assert len(combos) == 4
+    output_dirs = {yaml.safe_load((j / ".hydra" / "config.yaml").read_text())["paths"]["output_dir"]
+                   for j in jobs}
+    assert len(output_dirs) == 4, f"jobs share output dirs: {output_dirs}"
+
+
+@pytest.mark.slow
+def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
+    sweep_dir = tmp_path / "optuna"
+    out = _train_cli(["-m", "hparams_search=optuna", *SMOKE, "trainer.max_steps=2",
+                      "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.n_startup_trials=2",
+                      f"hydra.sweep.dir={sweep_dir}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert results["name"] == "optuna"
+    assert math.isfinite(results["best_value"]) and "optim.optimizer.lr" in results["best_params"]
+    assert len([p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb"])
+def test_each_logger_from_the_command_line(logger, tmp_path):
+    out = _train_cli([*SMOKE, f"logger={logger}", "trainer.max_steps=2"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = next(tmp_path.glob("outputs/pretrain/runs/*"))
+    files = _run_dir_files(run_dir)
+    assert files[logger], (logger, sorted(p.name for p in run_dir.rglob("*")))
+    assert "logs:" in out.stdout   # train.py says where the logs are
