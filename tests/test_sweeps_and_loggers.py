@@ -100,7 +100,10 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
     results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert results["name"] == "optuna"
     assert math.isfinite(results["best_value"]) and "optim.optimizer.lr" in results["best_params"]
-    assert len([p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]) == 3
+    trials = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    assert len(trials) == 3
+    for trial in trials:  # every trial keeps its own checkpoints and logs
+        assert (trial / "checkpoints" / "last.ckpt").exists() and (trial / "csv" / "metrics.csv").exists()
 
 
 @pytest.mark.slow
