@@ -27,12 +27,18 @@ def resize_longest_side(size: tuple[int, int], target: int) -> tuple[int, int]:
     return max(1, int(round(h * scale))), max(1, int(round(w * scale)))
 
 
+def _writable(a: np.ndarray) -> np.ndarray:
+    """A contiguous, writable array (torch.from_numpy warns on read-only memory, e.g. mmaps)."""
+    a = np.ascontiguousarray(a)
+    return a if a.flags.writeable else a.copy()
+
+
 def _to_input_frame(image: np.ndarray, target: int) -> tuple[torch.Tensor, float]:
     """uint8 [H,W,3] -> normalised float [3,target,target] (resized, zero-padded after normalising
     white so the padding reads as paper), and the scale factor applied."""
     h, w = image.shape[:2]
     nh, nw = resize_longest_side((h, w), target)
-    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)
+    x = torch.from_numpy(_writable(image)).permute(2, 0, 1).float().div_(255.0)
     if (nh, nw) != (h, w):
         x = F.interpolate(x[None], size=(nh, nw), mode="bilinear", antialias=True,
                           align_corners=False)[0]
@@ -50,7 +56,7 @@ def _masks_to_input_frame(masks: np.ndarray, target: int, scale: float) -> torch
     if q == 0:
         return out
     nh, nw = max(1, int(round(h * scale))), max(1, int(round(w * scale)))
-    m = torch.from_numpy(np.ascontiguousarray(masks)).float()
+    m = torch.from_numpy(_writable(masks)).float()
     if (nh, nw) != (h, w):
         m = F.interpolate(m[None], size=(nh, nw), mode="nearest")[0]
     out[:, :nh, :nw] = m
