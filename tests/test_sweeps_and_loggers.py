@@ -24,7 +24,7 @@ SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predict
 def test_optuna_search_config_composes_and_minimises_the_stage_metric():
     from dociq.config import compose
 
-    cfg = compose(["hparams_search=optuna"])
+    cfg = compose(["hparams_search=optuna"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "minimize"
     assert cfg.optimized_metric == "val/loss" == cfg.stage.monitor
