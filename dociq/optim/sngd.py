@@ -23,8 +23,10 @@ cannot blow up when lam or the Fisher is badly estimated.
 
 Refresh: each projector is renewed every `refresh_every` optimizer steps, parameter j at steps
 where (t + offset_j) % refresh_every == 0 (offsets spread over the period, so no step pays for
-all refreshes). `refresh_policy="carry"` re-expresses history and momentum in the new subspace
-with U_old^T U_new (per mode); "reset" zeros them. docs/optim.md records which won and why.
+all refreshes; a tucker parameter uses its random subspace until its first slot, so even the
+first step computes no HOSVD burst). `refresh_policy="carry"` re-expresses history and momentum
+in the new subspace with U_old^T U_new (per mode); "reset" zeros them. docs/optim.md records
+which won and why.
 
 Same-shaped parameters of a param group are stacked and processed with batched matmul /
 Cholesky. Parameters that are not projected (1-D, fewer than `min_numel` elements, no mode
@@ -130,49 +132,62 @@ class SubspaceNGD(Optimizer):
         """(refresh count, refresh due now) per member for a bucket at step t."""
         period = group["refresh_every"]
         shifted = offsets + t
-        due = (shifted % period == 0) | (t == 0)
-        return shifted // period, due
+        return shifted // period, shifted % period == 0
 
-    def _bucket_factors(self, key, members: list, t: int) -> tuple[Optional[list], torch.Tensor]:
-        """Projectors for step t known before the gradient is: all of them for `random`, the
-        stored ones (None where a refresh is due) for `tucker`. Cached for the step."""
+    def _member_tensors(self, members: list) -> tuple[torch.Tensor, torch.Tensor]:
+        info = self.layout["info"]
+        return (torch.tensor([info[p]["index"] for p in members]),
+                torch.tensor([info[p]["offset"] for p in members]))
+
+    def _random(self, key, index: torch.Tensor, counts: torch.Tensor) -> list[torch.Tensor]:
+        group = self.param_groups[key[0]]
+        ranks = projection.mode_ranks(key[1], group["rank"])
+        factors = projection.random_factors(key[1], ranks, group["seed"], index, counts)
+        return [f.to(key[3]) for f in factors]
+
+    def _bucket_factors(self, key, members: list, t: int) -> dict:
+        """Projectors of a bucket at step t, cached for the step (the DDP hook asks first).
+
+        "current": the factors in force before this step's refreshes — for `random` the ones
+        this step uses (a function of the refresh count); for `tucker` the stored HOSVD factors,
+        or, until a member's first staggered refresh, its random factors (so no step computes
+        every HOSVD at once). "due": members refreshed at this step."""
         cache_key = (key, tuple(id(p) for p in members), t)
         if cache_key in self._step_cache:
             return self._step_cache[cache_key]
         group = self.param_groups[key[0]]
-        info = self.layout["info"]
-        offsets = torch.tensor([info[p]["offset"] for p in members])
+        index, offsets = self._member_tensors(members)
         counts, due = self._schedule(group, t, offsets)
-        ranks = projection.mode_ranks(key[1], group["rank"])
         if group["projector"] == "random":
-            index = torch.tensor([info[p]["index"] for p in members])
-            factors = projection.random_factors(key[1], ranks, group["seed"], index, counts,
-                                                dtype=torch.float32)
-            factors = [f.to(key[3]) for f in factors]
-        elif due.any():
-            factors = None
+            current = self._random(key, index, counts)
         else:
-            factors = [torch.stack([self.state[p][f"factor{m}"] for p in members]).float()
+            ranks = projection.mode_ranks(key[1], group["rank"])
+            stored = [self.state[p].get("factor0") is not None if p in self.state else False
+                      for p in members]
+            fallback = None if all(stored) else self._random(key, index, torch.zeros_like(counts))
+            current = [torch.stack([self.state[p][f"factor{m}"].float() if has else fallback[m][i]
+                                    for i, (p, has) in enumerate(zip(members, stored))])
                        for m in range(len(ranks))]
-        self._step_cache[cache_key] = (factors, due)
-        return factors, due
+        entry = dict(current=current, due=due, counts=counts, index=index)
+        self._step_cache[cache_key] = entry
+        return entry
 
     def subspace_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
         """Factors [n_i, r_i] that the next step() projects p's gradient with, or None when p
-        is not projected or its subspace depends on the (not yet reduced) gradient. Used by
-        the DDP hook to all-reduce projected gradients (comm_hook.py)."""
+        is not projected or its subspace depends on the (not yet reduced) gradient (a tucker
+        refresh in its bucket). Used by the DDP hook to all-reduce projected gradients."""
         info = self.layout["info"].get(p)
         if info is None:
             return None
         members = self.layout["buckets"][info["bucket"]]
-        t = self.state[members[0]].get("step", 0) if members[0] in self.state else 0
-        if any(self.state[q].get("step", 0) != t for q in members if q in self.state):
+        steps = {self.state[q].get("step", 0) if q in self.state else 0 for q in members}
+        if len(steps) != 1:
             return None
-        factors, _ = self._bucket_factors(info["bucket"], members, t)
-        if factors is None:
+        entry = self._bucket_factors(info["bucket"], members, steps.pop())
+        if self.param_groups[info["bucket"][0]]["projector"] == "tucker" and entry["due"].any():
             return None
         i = members.index(p)
-        return [f[i] for f in factors]
+        return [f[i] for f in entry["current"]]
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()
@@ -219,20 +234,15 @@ class SubspaceNGD(Optimizer):
         states = [self._init_projected_state(p, k, s) for p in ps]
         g = torch.stack([p.grad for p in ps]).to(torch.float32)
 
-        factors, due = self._bucket_factors(key, ps, t)
-        old = None
-        if group["projector"] == "tucker" and due.any():
-            factors = self._refresh_tucker(group, ps, states, g, due, ranks)
-            old = factors.pop("old")
-            factors = factors["new"]
-        elif group["projector"] == "random" and t > 0 and due.any():
-            info = self.layout["info"]
-            offsets = torch.tensor([info[p]["offset"] for p in ps])
-            counts, _ = self._schedule(group, t, offsets)
+        entry = self._bucket_factors(key, ps, t)
+        factors, due, old = entry["current"], entry["due"], None
+        if due.any():
             sub = due.nonzero().squeeze(1)
-            index = torch.tensor([info[p]["index"] for p in ps])[sub]
-            old = (sub, [f.to(key[3]) for f in projection.random_factors(
-                shape, ranks, group["seed"], index, counts[sub] - 1)])
+            if group["projector"] == "tucker":
+                old = (sub, [f[sub] for f in factors])
+                factors = self._refresh_tucker(group, states, g, sub, factors, ranks)
+            elif t > 0:
+                old = (sub, self._random(key, entry["index"][sub], entry["counts"][sub] - 1))
 
         hist = torch.stack([st["history"] for st in states])      # [B, k, s]
         mom = torch.stack([st["momentum"] for st in states])       # [B, k]
@@ -260,21 +270,18 @@ class SubspaceNGD(Optimizer):
         for st in states:
             st["step"] = t + 1
 
-    def _refresh_tucker(self, group, ps, states, g, due, ranks) -> dict:
-        """HOSVD of the gradients of members whose refresh is due; store the new factors."""
-        sub = due.nonzero().squeeze(1)
+    def _refresh_tucker(self, group, states, g, sub, current, ranks) -> list[torch.Tensor]:
+        """HOSVD of the gradients of members whose refresh is due; store the new factors and
+        return the bucket's factors for this step."""
         new_sub = projection.tucker_factors(g[sub], ranks, method=group["tucker_method"])
         store = _DTYPES[group["projector_dtype"]]
-        had_old = all(f"factor0" in states[i] for i in sub.tolist())
-        old_sub = ([torch.stack([states[i][f"factor{m}"] for i in sub.tolist()]).float()
-                    for m in range(len(ranks))] if had_old else None)
+        factors = [f.clone() for f in current]
         for j, i in enumerate(sub.tolist()):
             for m, f in enumerate(new_sub):
                 states[i][f"factor{m}"] = f[j].to(store).clone()
-        # Use the stored (possibly rounded) factors so DDP ranks and resumed runs agree.
-        factors = [torch.stack([st[f"factor{m}"] for st in states]).float()
-                   for m in range(len(ranks))]
-        return dict(new=factors, old=(sub, old_sub) if old_sub is not None else None)
+                # Use the stored (possibly rounded) factor so DDP ranks and resumed runs agree.
+                factors[m][i] = states[i][f"factor{m}"].float()
+        return factors
 
     @staticmethod
     def _carry_or_reset(group, hist, mom, old, factors, ranks) -> None:
