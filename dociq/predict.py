@@ -1,0 +1,217 @@
+"""Predictor API and CLI: a page (+ OCR words) and prompts in, masks of the page's size out.
+
+    from dociq.predict import Predictor
+    predictor = Predictor.from_checkpoint("outputs/finetune/runs/<run>/checkpoints/last.ckpt")
+    masks, scores = predictor.predict("page.png", question=["the page footer", "all form values"],
+                                      ocr="tesseract")
+    # masks: bool [Q, H, W] at the page's original size; scores: predicted IoU [Q]
+
+    python -m dociq.predict CKPT page.png --question "the page footer" --ocr tesseract --out overlay.png
+
+Prompts (any combination, Q prompts): `question` str or list of Q strings; `points` [P, 2] or
+[Q, P, 2] pixel (x, y) of the original page with `point_labels` (1 positive, 0 negative; default
+1); `boxes` [4] or [Q, 4] pixel x0, y0, x1, y1. A single point set or box is shared by all
+questions. OCR words come from `words` + `word_boxes` (pixels of the original page), an `OcrWords`,
+or an OCR backend (`ocr="tesseract"`, `"pdf"` is not for images, or an object with `recognise`).
+This module uses `dociq.models`/`dociq.data` and reads checkpoints with plain torch — no Lightning.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dociq.data.collate import DocumentCollator, resize_longest_side
+from dociq.data.image_io import load_page_image, to_rgb_array
+from dociq.data.ocr import OcrWords, make_ocr
+from dociq.data.schema import Page
+from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
+from dociq.tasks.segment import SegmentationModel, best_candidate, choose_outputs, remove_ocr_words
+
+log = logging.getLogger(__name__)
+
+
+class Predictor:
+    def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
+                 ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu") -> None:
+        self.model = model.to(device).eval()
+        self.device = torch.device(device)
+        self.image_size = int(image_size)
+        self.use_ocr = use_ocr
+        self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer)
+        question_encoder = model.prompt_encoder.question_encoder
+        self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
+        """A `stage=finetune` checkpoint (its hyper-parameters hold the model config)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint {path} does not exist: pass a .ckpt written by "
+                                    "`python train.py stage=finetune` (<run>/checkpoints/last.ckpt)")
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+        if not hparams or "model" not in hparams or "state_dict" not in ckpt:
+            raise ValueError(f"{path} is not a stage=finetune Lightning checkpoint (no hyper_parameters.model "
+                             "or state_dict); give the checkpoint of a finetune run")
+        model = SegmentationModel.from_config(hparams["model"])
+        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        result = model.load_state_dict(state, strict=False)
+        if result.missing_keys:
+            raise KeyError(f"{path} lacks {len(result.missing_keys)} weights of the segmentation model "
+                           f"(e.g. {result.missing_keys[:3]}): is it a stage=finetune checkpoint?")
+        return cls(model, int(hparams["model"]["image_size"]), use_ocr=bool(hparams.get("ocr", True)),
+                   device=device)
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _image(image: Any) -> np.ndarray:
+        if isinstance(image, (str, Path)):
+            return load_page_image(image)
+        if isinstance(image, np.ndarray):
+            if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+                raise ValueError(f"image array must be uint8 [H, W, 3] RGB, got {image.dtype} {image.shape}")
+            return image
+        from PIL import Image
+        if isinstance(image, Image.Image):
+            return to_rgb_array(image)
+        raise TypeError(f"image must be a path, a PIL image or a uint8 [H, W, 3] array, got {type(image).__name__}")
+
+    @staticmethod
+    def _words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray]:
+        if isinstance(words, OcrWords):
+            words = words.scaled_to(image.shape[:2])
+            return list(words.words), words.boxes
+        if words is not None:
+            boxes = np.asarray(word_boxes if word_boxes is not None else [], dtype=np.float32).reshape(-1, 4)
+            if len(boxes) != len(words):
+                raise ValueError(f"{len(words)} words but {len(boxes)} word_boxes: give one pixel box "
+                                 "x0, y0, x1, y1 per word")
+            return list(words), boxes
+        if ocr is not None:
+            backend = make_ocr(ocr)
+            if backend is None:
+                raise ValueError("ocr='groundtruth' needs words=...: pass the page's words and word_boxes")
+            found = backend.recognise(image).scaled_to(image.shape[:2])
+            return list(found.words), found.boxes
+        log.warning("no OCR words given (words=None, ocr=None): the model sees the page image only")
+        return [], np.zeros((0, 4), np.float32)
+
+    def _prompts(self, question, points, point_labels, boxes, scale: float):
+        questions = [question] if isinstance(question, str) else list(question or [])
+        pts = None if points is None else np.asarray(points, dtype=np.float32)
+        if pts is not None:
+            pts = pts.reshape(1, -1, 2) if pts.ndim == 2 else pts
+            if pts.ndim != 3 or pts.shape[-1] != 2:
+                raise ValueError(f"points must be [P, 2] or [Q, P, 2] pixel (x, y), got shape {pts.shape}")
+            lbl = np.ones(pts.shape[:2], np.int64) if point_labels is None else \
+                np.asarray(point_labels, np.int64).reshape(pts.shape[:2])
+            if not np.isin(lbl, (0, 1)).all():
+                raise ValueError("point_labels must be 1 (positive) or 0 (negative), one per point")
+        bxs = None if boxes is None else np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+        counts = {n for n in (len(questions) or None, None if pts is None else len(pts),
+                              None if bxs is None else len(bxs)) if n is not None}
+        if not counts:
+            raise ValueError("predict needs a prompt: question=..., points=... and/or boxes=...")
+        q = max(counts)
+        if counts - {1, q}:
+            raise ValueError(f"prompt counts disagree: {len(questions)} questions, "
+                             f"{0 if pts is None else len(pts)} point sets, {0 if bxs is None else len(bxs)} "
+                             "boxes; give one of each per prompt (or one shared by all)")
+        question_ids = None
+        if questions:
+            if self.question_tokenizer is None:
+                raise ValueError("this model has no question tower; prompt it with points or boxes")
+            question_ids = self.question_tokenizer(questions * (q if len(questions) == 1 else 1))
+        coords_list, labels_list = [], []
+        if pts is not None:
+            coords_list.append(np.broadcast_to(pts, (q, *pts.shape[1:])) * scale)
+            labels_list.append(np.broadcast_to(lbl, (q, lbl.shape[1])))
+        if bxs is not None:
+            coords_list.append(np.broadcast_to(bxs, (q, 4)).reshape(q, 2, 2) * scale)
+            labels_list.append(np.broadcast_to(np.array([BOX_TOP_LEFT, BOX_BOTTOM_RIGHT]), (q, 2)))
+        points_t = None
+        if coords_list:
+            coords = torch.from_numpy(np.concatenate(coords_list, axis=1).astype(np.float32))
+            labels = torch.from_numpy(np.concatenate(labels_list, axis=1).astype(np.int64))
+            points_t = (coords.to(self.device), labels.to(self.device))
+        # a prompt of clicks only (no question, no box) is ambiguous: pick among the 3 candidates
+        ambiguous = torch.full((q,), question_ids is None and bxs is None and pts is not None and pts.shape[1] == 1)
+        return q, question_ids, points_t, ambiguous
+
+    # ---- prediction --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def predict(self, image: Any, question: str | Sequence[str] | None = None,
+                points: Any = None, point_labels: Any = None, boxes: Any = None,
+                words: Sequence[str] | OcrWords | None = None, word_boxes: Any = None,
+                ocr: str | Any | None = None, threshold: float = 0.0,
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """-> masks bool [Q, H, W] at the page's original size and scores float [Q] (predicted IoU)."""
+        page_image = self._image(image)
+        h, w = page_image.shape[:2]
+        page_words, page_boxes = self._words(page_image, words, word_boxes, ocr)
+        batch = self.collator([Page(image=page_image, words=page_words, word_boxes=page_boxes)])
+        if not self.use_ocr:
+            batch = remove_ocr_words(batch)
+        batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        scale = batch["meta"][0]["scale"]
+        q, question_ids, points, ambiguous = self._prompts(question, points, point_labels, boxes, scale)
+
+        embedding, high_res = self.model.embed_image(batch)
+        question_tokens = None if question_ids is None else self.model.encode_questions(question_ids.to(self.device))
+        masks, iou = self.model.decode(embedding, high_res, question_tokens, points, None)
+        masks, iou = choose_outputs(masks, iou, ambiguous.to(self.device))
+        logits = best_candidate(masks, iou)                                   # [Q, h4, w4]
+        scores = iou.gather(1, iou.argmax(1, keepdim=True))[:, 0]
+        # decoder grid -> the square input frame -> crop the padding -> the original page size
+        logits = F.interpolate(logits[:, None], size=(self.image_size, self.image_size), mode="bilinear",
+                               align_corners=False)
+        nh, nw = resize_longest_side((h, w), self.image_size)
+        logits = F.interpolate(logits[..., :nh, :nw], size=(h, w), mode="bilinear", align_corners=False)[:, 0]
+        return (logits > threshold).cpu().numpy(), scores.cpu().numpy()
+
+
+def overlay(image: np.ndarray, masks: np.ndarray, alpha: float = 0.45) -> np.ndarray:
+    """The page with each mask tinted in its own colour (uint8 [H, W, 3])."""
+    colours = np.array([[230, 25, 75], [60, 180, 75], [0, 130, 200], [245, 130, 48], [145, 30, 180],
+                        [70, 240, 240]], dtype=np.float32)
+    out = image.astype(np.float32)
+    for i, m in enumerate(masks):
+        out[m] = (1 - alpha) * out[m] + alpha * colours[i % len(colours)]
+    return out.clip(0, 255).astype(np.uint8)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Segment a page with a stage=finetune checkpoint.")
+    p.add_argument("checkpoint")
+    p.add_argument("image")
+    p.add_argument("--question", action="append", help="a question (repeat for several)")
+    p.add_argument("--point", nargs=2, type=float, action="append", metavar=("X", "Y"),
+                   help="a positive click in page pixels (repeat for several, one prompt)")
+    p.add_argument("--box", nargs=4, type=float, metavar=("X0", "Y0", "X1", "Y1"))
+    p.add_argument("--ocr", default=None, help="OCR backend for the page words: tesseract (default: none)")
+    p.add_argument("--out", default="prediction.png", help="overlay image to write")
+    args = p.parse_args(argv)
+    from PIL import Image
+
+    predictor = Predictor.from_checkpoint(args.checkpoint)
+    image = load_page_image(args.image)
+    masks, scores = predictor.predict(image, question=args.question, points=args.point, boxes=args.box,
+                                      ocr=args.ocr)
+    Image.fromarray(overlay(image, masks)).save(args.out)
+    labels = args.question or ["prompt"] * len(masks)
+    for label, mask, score in zip(labels, masks, scores):
+        print(f"{label!r}: {int(mask.sum())} px, predicted IoU {score:.3f}")
+    print(f"overlay written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

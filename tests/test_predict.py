@@ -1,0 +1,107 @@
+"""Predictor: checkpoint in, masks of the page's original size out, for every prompt kind."""
+import numpy as np
+import pytest
+import torch
+
+from dociq.data.schema import Page
+from dociq.predict import Predictor, main, overlay
+from dociq.tasks.segment import SegmentTask
+
+MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
+         "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
+         "mask_decoder": {}}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A checkpoint as Lightning writes it: state_dict + the task's hyper-parameters."""
+    torch.manual_seed(0)
+    task = SegmentTask(model=MODEL)
+    path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
+    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
+    return path, task
+
+
+@pytest.fixture(scope="module")
+def predictor(checkpoint):
+    return Predictor.from_checkpoint(checkpoint[0])
+
+
+def test_masks_have_the_original_page_size(predictor):
+    page = np.full((300, 200, 3), 255, np.uint8)   # portrait, not the model's 128x128
+    page[40:60, 20:180] = 0
+    masks, scores = predictor.predict(page, question=["the title", "the page footer"],
+                                      words=["Title", "text"], word_boxes=[[20, 40, 120, 60], [20, 250, 60, 260]])
+    assert masks.shape == (2, 300, 200) and masks.dtype == bool
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+
+
+def test_prompt_kinds_and_sharing(predictor):
+    page = np.full((90, 160, 3), 240, np.uint8)
+    masks, _ = predictor.predict(page, points=[[10, 20]])                     # one click
+    assert masks.shape == (1, 90, 160)
+    masks, _ = predictor.predict(page, boxes=[[5, 5, 60, 40], [70, 10, 150, 80]])
+    assert masks.shape == (2, 90, 160)
+    masks, _ = predictor.predict(page, question=["a", "b", "c"], boxes=[5, 5, 60, 40])  # box shared
+    assert masks.shape == (3, 90, 160)
+    with pytest.raises(ValueError, match="needs a prompt"):
+        predictor.predict(page)
+    with pytest.raises(ValueError, match="prompt counts disagree"):
+        predictor.predict(page, question=["a", "b"], boxes=[[0, 0, 1, 1]] * 3)
+    with pytest.raises(ValueError, match="word_boxes"):
+        predictor.predict(page, question="a", words=["x", "y"], word_boxes=[[0, 0, 1, 1]])
+    with pytest.raises(ValueError, match="point_labels"):
+        predictor.predict(page, points=[[1, 1]], point_labels=[2])
+
+
+def test_predictions_match_the_task_model(checkpoint, predictor):
+    """Same weights, same page (already at the model's size): the Predictor's logits are the
+    task model's, so what was validated is what is served."""
+    _, task = checkpoint
+    page = (np.random.default_rng(0).random((128, 128, 3)) * 255).astype(np.uint8)
+    masks, scores = predictor.predict(page, question="the title", threshold=-1e9)
+    assert masks.all()                                      # threshold -inf: every pixel
+    batch = predictor.collator([Page(image=page, words=[], word_boxes=np.zeros((0, 4), np.float32))])
+    task.eval()
+    with torch.no_grad():
+        emb, hr = task.model.embed_image(batch)
+        q = task.model.encode_questions(predictor.question_tokenizer(["the title"]))
+        _, iou = task.model.decode(emb, hr, q, None, None)
+    assert scores[0] == pytest.approx(iou[0, 0].item(), abs=1e-5)
+
+
+def test_bad_checkpoint_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="stage=finetune"):
+        Predictor.from_checkpoint(tmp_path / "missing.ckpt")
+    bad = tmp_path / "plain.ckpt"
+    torch.save({"state_dict": {}}, bad)
+    with pytest.raises(ValueError, match="not a stage=finetune"):
+        Predictor.from_checkpoint(bad)
+
+
+def test_cli_writes_an_overlay(checkpoint, tmp_path, capsys):
+    from PIL import Image
+
+    page = tmp_path / "page.png"
+    Image.fromarray(np.full((100, 80, 3), 255, np.uint8)).save(page)
+    out = tmp_path / "overlay.png"
+    main([str(checkpoint[0]), str(page), "--question", "the title", "--box", "5", "5", "40", "30",
+          "--out", str(out)])
+    assert Image.open(out).size == (80, 100)
+    assert "predicted IoU" in capsys.readouterr().out
+
+
+def test_overlay_tints_only_masked_pixels():
+    image = np.zeros((4, 4, 3), np.uint8)
+    mask = np.zeros((1, 4, 4), bool)
+    mask[0, 0, 0] = True
+    out = overlay(image, mask)
+    assert out[0, 0].any() and not out[1:, :].any()
