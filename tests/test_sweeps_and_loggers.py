@@ -72,7 +72,7 @@ def _train_cli(args: list[str], root: Path, timeout: int = 900) -> subprocess.Co
 @pytest.mark.slow
 def test_multirun_2x2_fast_dev_run_gives_one_output_dir_per_job(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    out = _train_cli(["-m", *SMOKE, "optim=adamw,galore", "optim.optimizer.lr=1e-3,3e-4",
+    out = _train_cli(["-m", *SMOKE, "optim=adamw,sngd", "optim.optimizer.lr=1e-3,3e-4",
                       "++trainer.fast_dev_run=true", f"hydra.sweep.dir={sweep_dir}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
