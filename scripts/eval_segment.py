@@ -69,7 +69,7 @@ def pretrained(args, stage: str, given: str | None, steps: int) -> str:
 def finetune(args, name: str, init: list[str], optim: str, ocr: bool) -> dict:
     out = args.workdir / f"finetune-{name}"
     overrides = common_overrides(args, "finetune", args.finetune_steps, out) + init + [
-        f"optim={optim}", f"task.ocr={str(ocr).lower()}"]
+        f"optim={optim}", f"task.ocr={str(ocr).lower()}", *args.finetune_override]
     print(f"[eval_segment] finetune {name}: {' '.join(overrides)}")
     metrics, _ = run_stage(overrides)
     by_kind = {k: metrics[f"val/miou_{k}"] for k in KINDS if f"val/miou_{k}" in metrics}
@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     p.add_argument("--rerun", action="store_true", help="retrain stages whose checkpoints exist in --workdir")
     p.add_argument("--override", action="append", default=[],
-                   help="extra Hydra override for every run, e.g. --override task.rounds=1")
+                   help="extra Hydra override for every run of every stage, e.g. --override model.fusion.depth=1")
+    p.add_argument("--finetune-override", action="append", default=[],
+                   help="extra Hydra override for the fine-tuning runs, e.g. --finetune-override task.rounds=1")
     args = p.parse_args(argv)
     if args.threads:
         import torch
