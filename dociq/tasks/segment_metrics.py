@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.functional.segmentation import dice_score, mean_iou
 
 from dociq.data.schema import QUESTION_KINDS
@@ -50,7 +50,8 @@ class SegmentationMetrics(nn.Module):
         self.dice = MeanMetric()
         self.miou_by_kind = nn.ModuleDict({k: MeanMetric() for k in self.kinds})
         self.dice_by_kind = nn.ModuleDict({k: MeanMetric() for k in self.kinds})
-        self.register_buffer("counts", torch.zeros(len(self.kinds), dtype=torch.long), persistent=False)
+        # prompts per kind, synced across processes like the means, so every rank reports the same keys
+        self.count_by_kind = nn.ModuleDict({k: SumMetric() for k in self.kinds})
 
     @torch.no_grad()
     def update(self, pred: Tensor, target: Tensor, kinds: Sequence[str]) -> tuple[Tensor, Tensor]:
@@ -69,15 +70,18 @@ class SegmentationMetrics(nn.Module):
             sel = torch.tensor([k == kind for k in kinds], device=iou.device)
             self.miou_by_kind[kind].update(iou[sel])
             self.dice_by_kind[kind].update(dice[sel])
-            self.counts[self.kinds.index(kind)] += int(sel.sum())
+            self.count_by_kind[kind].update(sel.sum().float())
         return iou, dice
 
     def compute(self) -> dict[str, Tensor]:
-        if int(self.counts.sum()) == 0:
+        with warnings.catch_warnings():   # kinds never updated: a count of 0 is the right answer
+            warnings.filterwarnings("ignore", message=".*called before the ``update`` method.*")
+            counts = {k: int(m.compute()) for k, m in self.count_by_kind.items()}  # collective: every rank
+        if sum(counts.values()) == 0:
             return {}
         out = {"miou": self.miou.compute(), "dice": self.dice.compute()}
-        for i, kind in enumerate(self.kinds):
-            if int(self.counts[i]) > 0:
+        for kind in self.kinds:
+            if counts[kind] > 0:
                 out[f"miou_{kind}"] = self.miou_by_kind[kind].compute()
                 out[f"dice_{kind}"] = self.dice_by_kind[kind].compute()
         return out
@@ -85,6 +89,5 @@ class SegmentationMetrics(nn.Module):
     def reset(self) -> None:
         self.miou.reset()
         self.dice.reset()
-        for m in (*self.miou_by_kind.values(), *self.dice_by_kind.values()):
+        for m in (*self.miou_by_kind.values(), *self.dice_by_kind.values(), *self.count_by_kind.values()):
             m.reset()
-        self.counts.zero_()
