@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,8 +86,8 @@ def test_multirun_2x2_fast_dev_run_gives_one_output_dir_per_job(tmp_path):
         cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
         assert cfg["trainer"]["fast_dev_run"] is True
     assert len(combos) == 4
-    output_dirs = {yaml.safe_load((j / ".hydra" / "config.yaml").read_text())["paths"]["output_dir"]
-                   for j in jobs}
+    # train.py logs the directory its checkpoints and logs go to; each job needs its own
+    output_dirs = {re.search(r"output_dir=(\S+)", (j / "train.log").read_text()).group(1) for j in jobs}
     assert len(output_dirs) == 4, f"jobs share output dirs: {output_dirs}"
 
 
