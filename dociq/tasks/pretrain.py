@@ -13,7 +13,7 @@ One forward per batch serves all three losses, because the masking is complement
           target encoder's layer-normed features of the target units (smooth-L1);
   MLM     the MLM head predicts the corrupted words from the fused text tokens, which have seen
           the page pixels of those words (cross-entropy on corrupted positions only);
-  MIM     a light pixel head reconstructs the (per-unit normalised) pixels of every masked unit
+  MIM     a light pixel head reconstructs the (page-normalised) pixels of every masked unit
           from its fused slot (MSE on masked units only).
 
 So the image is recovered from the text and the text from the image. `loss.<name>: 0` turns a
@@ -44,7 +44,7 @@ LOSS_NAMES = ("djepa", "mlm", "mim")
 class PretrainTask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  loss: Mapping[str, float] | None = None,
-                 ema: Mapping[str, float] | None = None, mim_norm_pix: bool = True,
+                 ema: Mapping[str, float] | None = None, mim_norm_pix: bool = False,
                  optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
