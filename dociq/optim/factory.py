@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Sequence
 
 import torch
@@ -99,9 +100,14 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
         raise ValueError(f"warmup_cosine: total_steps must be a positive int, got {total_steps!r}; "
                          "it is ${trainer.max_steps} in configs/optim/*.yaml — set "
                          "trainer.max_steps to a positive number of steps.")
-    if not 0 <= warmup_steps < total_steps:
-        raise ValueError(f"warmup_cosine: need 0 <= warmup_steps < total_steps, got "
-                         f"{warmup_steps} and {total_steps}; lower optim.scheduler.warmup_steps.")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_cosine: warmup_steps={warmup_steps} is negative; set "
+                         "optim.scheduler.warmup_steps >= 0.")
+    if warmup_steps >= total_steps:
+        # Short smoke runs (trainer.max_steps=3) keep the config's warm-up: shorten it.
+        warnings.warn(f"warmup_cosine: warmup_steps={warmup_steps} >= total_steps={total_steps}; "
+                      f"using {total_steps - 1} warm-up steps.", stacklevel=2)
+        warmup_steps = total_steps - 1
 
     def factor(step: int) -> float:
         if step < warmup_steps:

@@ -75,7 +75,11 @@ def test_warmup_cosine_shape_and_errors():
     with pytest.raises(ValueError, match="trainer.max_steps"):
         factory.warmup_cosine(opt, warmup_steps=4, total_steps=-1)
     with pytest.raises(ValueError, match="warmup_steps"):
-        factory.warmup_cosine(opt, warmup_steps=30, total_steps=20)
+        factory.warmup_cosine(opt, warmup_steps=-1, total_steps=20)
+    with pytest.warns(UserWarning, match="using 2 warm-up steps"):
+        short = factory.warmup_cosine(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
+                                      warmup_steps=10, total_steps=3)
+    assert short.get_last_lr()[0] == pytest.approx(0.5)
 
 
 def test_empty_parameter_list_is_a_clear_error():
