@@ -186,7 +186,7 @@ class SubspaceNGD(Optimizer):
         entry = self._bucket_factors(info["bucket"], members, steps.pop())
         if self.param_groups[info["bucket"][0]]["projector"] == "tucker" and entry["due"].any():
             return None
-        i = members.index(p)
+        i = next(j for j, q in enumerate(members) if q is p)   # identity: == on tensors is elementwise
         return [f[i] for f in entry["current"]]
 
     # ------------------------------------------------------------------ step

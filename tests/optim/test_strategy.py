@@ -17,7 +17,8 @@ class Regression(DociqTask):
         super().__init__(**kw)
         torch.manual_seed(0)
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
-                                       torch.nn.Tanh(), torch.nn.Linear(32, 2))
+                                       torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                                       torch.nn.Linear(32, 2))
         self.losses = []
 
     def training_step(self, batch, _):
@@ -70,7 +71,8 @@ def test_sngd_ddp_strategy_registers_hook_on_cpu():
     projected = [p for g in opt.param_groups for p in g["params"] if opt.is_projected(p, g)]
     k = sum(min(4, p.shape[0]) * min(4, p.shape[1]) for p in projected)
     rest = sum(p.numel() for p in task.parameters()) - sum(p.numel() for p in projected)
-    assert len(projected) == 3                        # the 32x16, 32x32 and 2x32 weights
+    assert len(projected) == 4                        # 32x16, two 32x32 (one bucket), 2x32
+    assert sorted(len(m) for m in opt.layout["buckets"].values()) == [1, 1, 2]
     assert state.traffic == steps * (k + rest)
     assert state.full_size == steps * sum(p.numel() for p in task.parameters())
     assert task.losses[-1] < task.losses[0]
