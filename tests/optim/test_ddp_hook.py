@@ -19,8 +19,10 @@ STEPS = 6
 
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
+    # The two 32 x 32 weights share a bucket (stacked, batched), the others are alone.
     return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Tanh(), torch.nn.Linear(40, 32),
-                               torch.nn.Tanh(), torch.nn.Linear(32, 8))
+                               torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8))
 
 
 RANK = {"random": 4, "tucker": 2}
