@@ -96,7 +96,8 @@ MODELS = {"text": build_text_lm}
 
 # ---------------------------------------------------------------- optimizers
 def build_optimizer(name: str, named, args):
-    """`name` is adamw | galore | sngd_<random|tucker>[_<carry|reset>], optionally `@<lr>`."""
+    """`name` is adamw | galore | sngd_<random|tucker>[_<carry|reset>][_bf16], optionally
+    `@<lr>`; `_bf16` stores tucker factors in bfloat16."""
     name, _, lr = name.partition("@")
     if lr:
         args = argparse.Namespace(**(vars(args) | {"lr": float(lr), "sngd_lr": float(lr)}))
@@ -106,11 +107,13 @@ def build_optimizer(name: str, named, args):
         return factory.galore(named, rank=args.rank, update_proj_gap=args.refresh_every,
                               scale=args.galore_scale, lr=args.lr, weight_decay=args.weight_decay)
     if name.startswith("sngd_"):
-        projector, _, policy = name[len("sngd_"):].partition("_")
+        parts = name[len("sngd_"):].split("_")
+        dtype = "bfloat16" if "bf16" in parts else "float32"      # stored tucker factors
+        policy = next((p for p in parts[1:] if p in ("carry", "reset")), args.refresh_policy)
         return factory.sngd(named, lr=args.sngd_lr, weight_decay=args.weight_decay,
                             rank=args.rank, history=args.history, damping=args.damping,
-                            refresh_every=args.refresh_every, projector=projector,
-                            refresh_policy=policy or args.refresh_policy)
+                            refresh_every=args.refresh_every, projector=parts[0],
+                            refresh_policy=policy, projector_dtype=dtype)
     raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, sngd_random, sngd_tucker "
                      "(optionally with _carry/_reset)")
 
