@@ -63,6 +63,10 @@ def read_series(csv_path: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 
 def smooth(values: list[float], weight: float = 0.8) -> list[float]:
+    """Exponential moving average; short series (a few logged points) are left as they are,
+    where an average would mostly show its own lag."""
+    if len(values) < 20:
+        return list(values)
     out, last = [], None
     for v in values:
         last = v if last is None else weight * last + (1 - weight) * v
