@@ -116,3 +116,25 @@ def test_each_logger_from_the_command_line(logger, tmp_path):
     files = _run_dir_files(run_dir)
     assert files[logger], (logger, sorted(p.name for p in run_dir.rglob("*")))
     assert "logs:" in out.stdout   # train.py says where the logs are
+
+
+def test_plot_losses_turns_a_csv_log_into_a_png(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import plot_losses
+    finally:
+        sys.path.pop(0)
+    rows = ["epoch,step,train/djepa,train/mlm,train/mim,train/loss,train/target_std,train/pred_std,val/loss"]
+    for step in range(0, 50, 10):
+        rows.append(f"0,{step},{1 / (step + 1)},{10 - step / 10},{2 - step / 50},{13 - step / 5},0.2,0.1,")
+    rows.append(f"0,49,,,,,,,{9.0}")
+    csv_path = tmp_path / "run" / "csv" / "metrics.csv"
+    csv_path.parent.mkdir(parents=True)
+    csv_path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "losses.png"
+    assert plot_losses.main([str(tmp_path / "run"), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = capsys.readouterr().out
+    assert "train/mlm" in table and "10.0000" in table and "6.0000" in table
+    assert plot_losses.main([str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err
