@@ -59,7 +59,7 @@ def build_strategy(cfg: DictConfig):
         return trainer_strategy
     from dociq.optim.strategy import resolve_strategy  # registers the strategies
 
-    return resolve_strategy(trainer_strategy, optim_strategy)
+    return resolve_strategy(trainer_strategy, optim_strategy, cfg.trainer.get("devices"))
 
 
 def build_trainer(cfg: DictConfig) -> L.Trainer:
