@@ -32,7 +32,7 @@ from dociq.data.ocr import OcrWords, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
-from dociq.tasks.segment import SegmentationModel, best_candidate, choose_outputs, remove_ocr_words
+from dociq.models.segmenter import SegmentationModel, best_candidate, choose_outputs, remove_ocr_words
 
 log = logging.getLogger(__name__)
 

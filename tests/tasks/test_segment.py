@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from dociq.data.collate import DocumentCollator
 from dociq.data.synthetic import SyntheticDocuments
-from dociq.tasks.segment import PROMPT_KINDS, SegmentTask, remove_ocr_words
+from dociq.models.segmenter import remove_ocr_words
+from dociq.tasks.segment import PROMPT_KINDS, SegmentTask
 from dociq.tasks.segment_losses import select_mask_prompt
 from dociq.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 

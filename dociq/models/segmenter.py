@@ -1,0 +1,130 @@
+"""The promptable segmentation model: document model + neck + prompt encoder + mask decoder.
+
+`SegmentationModel` is the nn.Module that `stage=finetune` trains and the Predictor runs. The
+document model (Hiera image encoder + layout text encoder + fusion trunk) encodes the page and its
+OCR words; a small neck turns the fused image tokens (one per 32-px mask unit, conditioned on the
+OCR text) into the decoder's image embedding at stride 16 — the fused grid upsampled x2 plus
+Hiera's stride-16 map, SAM's geometry — and the mask decoder upscales it x4 to stride 4 with
+SAM 2's high-resolution skips from Hiera's stride-8 and stride-4 maps.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dociq.models.common import LayerNorm2d
+from dociq.models.dociq import DocumentModel
+from dociq.models.mask_decoder import MaskDecoder
+from dociq.models.prompt_encoder import PromptEncoder
+
+class ImageEmbeddingNeck(nn.Module):
+    """Fused unit-grid tokens [B, N, D] (stride 32) + Hiera stride-16 map -> [B, C, 2gh, 2gw].
+
+    The fused tokens carry what the OCR text says about each unit; the stride-16 map adds the
+    resolution a 32-px unit lacks. SAM's neck (1x1 conv, LN, 3x3 conv, LN) mixes the sum."""
+
+    def __init__(self, fused_dim: int, stride16_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.fused_proj = nn.Conv2d(fused_dim, out_dim, kernel_size=1)
+        self.stride16_proj = nn.Conv2d(stride16_dim, out_dim, kernel_size=1)
+        self.mix = nn.Sequential(LayerNorm2d(out_dim), nn.Conv2d(out_dim, out_dim, 3, padding=1, bias=False),
+                                 LayerNorm2d(out_dim))
+
+    def forward(self, fused: Tensor, grid: tuple[int, int], stride16: Tensor) -> Tensor:
+        b, n, d = fused.shape
+        x = self.fused_proj(fused.transpose(1, 2).reshape(b, d, *grid))
+        x = F.interpolate(x, size=stride16.shape[-2:], mode="bilinear", align_corners=False)
+        return self.mix(x + self.stride16_proj(stride16))
+
+
+class SegmentationModel(DocumentModel):
+    """DocumentModel + neck + prompt encoder + mask decoder. Keys of the document parts are the
+    DocumentModel's, so a pretrain checkpoint's `model.*` loads into it unchanged."""
+
+    def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
+                 prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder) -> None:
+        super().__init__(image_encoder, text_encoder, fusion)
+        self.neck = neck
+        self.prompt_encoder = prompt_encoder
+        self.mask_decoder = mask_decoder
+
+    @classmethod
+    def from_config(cls, model: Mapping[str, Any]) -> "SegmentationModel":
+        doc = DocumentModel.from_config(model)
+        size, image_size = model["size"], int(model["image_size"])
+        gh, gw = doc.unit_grid
+        embed_hw = (2 * gh, 2 * gw)                     # stride 16
+        prompt_kw = {"image_embedding_size": embed_hw, "input_image_size": (image_size, image_size),
+                     **dict(model.get("prompt_encoder") or {})}
+        prompt_encoder = PromptEncoder.from_size(size, **prompt_kw)
+        if tuple(prompt_encoder.image_embedding_size) != embed_hw:
+            raise ValueError(f"model.prompt_encoder.image_embedding_size must be {list(embed_hw)} (the "
+                             f"stride-16 grid of a {image_size}-px page); remove the override")
+        stage_dims = doc.image_encoder.stage_dims
+        decoder_kw = {"use_high_res_features": True, "high_res_channels": (stage_dims[0], stage_dims[1]),
+                      **dict(model.get("mask_decoder") or {})}
+        mask_decoder = MaskDecoder.from_size(size, **decoder_kw)
+        if mask_decoder.transformer_dim != prompt_encoder.embed_dim:
+            raise ValueError(f"model.mask_decoder.transformer_dim ({mask_decoder.transformer_dim}) must equal "
+                             f"model.prompt_encoder.embed_dim ({prompt_encoder.embed_dim})")
+        neck = ImageEmbeddingNeck(doc.dim, stage_dims[2], prompt_encoder.embed_dim)
+        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder)
+
+    def embed_image(self, batch: Mapping[str, Any]) -> tuple[Tensor, list[Tensor]]:
+        """Page (+ OCR) -> decoder image embedding [B, C, h, w] and [stride-4, stride-8] skip maps."""
+        fused, _, maps = self.encode(batch, multiscale=True)
+        return self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]]
+
+    def encode_questions(self, question_ids: Tensor) -> Tensor:
+        """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
+        step and reused by every interactive round."""
+        if self.prompt_encoder.question_encoder is None:
+            raise ValueError("the prompt encoder has no question tower: set model.prompt_encoder.question_model")
+        return self.prompt_encoder.question_encoder(question_ids)
+
+    def decode(self, embedding: Tensor, high_res: list[Tensor], question_tokens: Tensor | None,
+               points: tuple[Tensor, Tensor] | None, mask_prompt: Tensor | None,
+               ) -> tuple[Tensor, Tensor]:
+        """All decoder outputs: masks [N, 4, 4h, 4w] (0 = single-mask token, 1..3 multimask) and
+        iou [N, 4]. Prompts are flattened image-major (N = B*Q). Box corners go in `points`."""
+        n = question_tokens.shape[0] if question_tokens is not None else (
+            points[0].shape[0] if points is not None else mask_prompt.shape[0])
+        sparse, dense = self.prompt_encoder(points=points, masks=mask_prompt)
+        if sparse.shape[0] != n:   # no point or mask prompt: one empty row and the no-mask map
+            sparse, dense = sparse.expand(n, -1, -1), dense.expand(n, -1, -1, -1)
+        if question_tokens is not None:
+            sparse = torch.cat([sparse, question_tokens], dim=1)
+        return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
+                                               dense, high_res)
+
+
+def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:
+    """Per prompt, the candidates to train/score: the 3 multimask outputs for ambiguous prompts,
+    the single-mask output (repeated 3 times, so the min-over-candidates picks it) otherwise."""
+    single_m, single_i = masks[:, :1].expand(-1, 3, -1, -1), iou[:, :1].expand(-1, 3)
+    a = ambiguous.view(-1, 1)
+    return torch.where(a[..., None, None], masks[:, 1:], single_m), torch.where(a, iou[:, 1:], single_i)
+
+
+def best_candidate(masks: Tensor, iou: Tensor) -> Tensor:
+    """The candidate with the highest predicted IoU per prompt -> [N, h, w] logits."""
+    rows = torch.arange(iou.shape[0], device=iou.device)
+    return masks[rows, iou.argmax(dim=1)].detach()
+
+
+def remove_ocr_words(batch: dict) -> dict:
+    """The batch as if the pages had no OCR words: only [CLS] [SEP] remain (the layout-only
+    baseline). Special tokens are moved to the front in order, as the tokenizer emits them."""
+    keep = batch["ocr_mask"] & (batch["ocr_word_index"] < 0)
+    order = torch.sort((~keep).long(), dim=1, stable=True).indices
+    t = int(keep.sum(1).max())
+    order = order[:, :t]
+    out = dict(batch)
+    out["ocr_ids"] = batch["ocr_ids"].gather(1, order)
+    out["ocr_mask"] = keep.gather(1, order)
+    out["ocr_boxes"] = batch["ocr_boxes"].gather(1, order[..., None].expand(-1, -1, 4))
+    out["ocr_word_index"] = batch["ocr_word_index"].gather(1, order)
+    return out
