@@ -13,6 +13,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -101,6 +102,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     register_resolvers()
+    # Each job writes where Hydra put it: in a multirun every job has its own directory (even
+    # jobs started within the same second).
+    with open_dict(cfg):
+        cfg.paths.output_dir = HydraConfig.get().runtime.output_dir
     metrics = train(cfg)
     metric_name = cfg.get("optimized_metric")
     if metric_name and metric_name in metrics:

@@ -70,7 +70,6 @@ def _train_cli(args: list[str], root: Path, timeout: int = 900) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
 def test_multirun_2x2_fast_dev_run_gives_one_output_dir_per_job(tmp_path):
     sweep_dir = tmp_path / "sweep"
     out = _train_cli(["-m", *SMOKE, "optim=adamw,sngd", "optim.optimizer.lr=1e-3,3e-4",

@@ -8,6 +8,7 @@ unit under it agree (D-JEPA picks MLM words by the image units they lie in).
 from __future__ import annotations
 
 import logging
+import zlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -141,12 +142,15 @@ class DocumentCollator:
                 raise ValueError("data.text_masking.visible_only=true needs data.image_masking "
                                  "(with a grid) to know which image units are visible")
 
-    def _generator(self) -> torch.Generator:
-        # A fixed seed makes every call reproducible (validation); otherwise draw from torch's
-        # global RNG, which Lightning seeds per worker.
+    def _generator(self, pages: Sequence[Page]) -> torch.Generator:
+        # A fixed seed makes a batch reproducible (validation): seeded by its pages' ids, so the
+        # same pages get the same masks and prompts in every validation, whatever the worker.
+        # Without a seed, draw from torch's global RNG, which Lightning seeds per worker.
         g = torch.Generator()
         if self.seed is not None:
-            g.manual_seed(self.seed + self._calls)
+            ids = [str(p.meta.get("page_id", "")) for p in pages]
+            key = zlib.crc32("|".join(ids).encode()) if all(ids) else self._calls
+            g.manual_seed(self.seed + key)
         else:
             g.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         self._calls += 1
@@ -158,7 +162,7 @@ class DocumentCollator:
         if not pages:
             raise RuntimeError(f"all {skipped} pages of a batch were bad and skipped: check the data set "
                                "(see the warnings above for the files and reasons)")
-        g = self._generator()
+        g = self._generator(pages)
         size = self.image_size
         images, scales, encoded = [], [], []
         for page in pages:
