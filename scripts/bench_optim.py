@@ -6,8 +6,9 @@ Every optimizer trains the same model from the same initialisation on the same b
 
 Models (`--model`): `text` — a ~10.7M-parameter byte-level causal transformer (d=384, 6
 layers) trained on the Python standard library's source files (local, deterministic data).
-The dociq `model=tiny` pretrain model is to be added to MODELS once it exists: write a
-builder returning (model, batch_fn, loss_fn) like `build_text_lm` and register it.
+`dociq-pretrain` — the dociq `model=tiny` pretrain task (Hiera + layout BERT + fusion, D-JEPA +
+MLM + MIM losses) on synthetic pages, composed as `python train.py stage=pretrain` would; the
+EMA target stays at its initial copy (this measures the optimizer, not the schedule).
 
 Columns: optimizer-state bytes per parameter (whole model / projected parameters only),
 median and max optimizer-step time (step 0, which allocates the state, excluded) and their
@@ -91,7 +92,51 @@ def build_text_lm(args) -> tuple[nn.Module, Callable, Callable]:
     return model, batch, loss_fn
 
 
-MODELS = {"text": build_text_lm}
+class TrainableOnly(nn.Module):
+    """A task seen through its trainable parameters only (the EMA target is not optimized)."""
+
+    def __init__(self, task: nn.Module):
+        super().__init__()
+        self.task = task
+
+    def named_parameters(self, *args, **kwargs):
+        return iter(self.task.trainable_named_parameters())
+
+    def parameters(self, *args, **kwargs):
+        return (p for _, p in self.named_parameters())
+
+
+def build_dociq_pretrain(args) -> tuple[nn.Module, Callable, Callable]:
+    from hydra.utils import instantiate
+
+    from dociq.config import compose
+    from dociq.data.collate import DocumentCollator
+    from dociq.tasks.registry import resolve_stage
+
+    cfg = compose(["stage=pretrain", f"seed={args.seed}", "data.num_workers=0"])
+    data = instantiate(cfg.data, _convert_="all")
+    torch.manual_seed(args.seed)
+    task = resolve_stage("pretrain")(**instantiate(cfg.task, _convert_="all"))
+    collator: DocumentCollator = data.train_collator
+    cache: dict[tuple[int, bool], dict] = {}
+
+    def batch(step: int, eval_set: bool = False) -> dict:
+        # Identical pages and masks for every optimizer: made once per (step, split), then reused.
+        key = (step, eval_set)
+        if key not in cache:
+            pages = data.val_set if eval_set else data.train_set
+            collator.seed = 10_000 * int(eval_set) + step
+            cache[key] = collator([pages[(step * args.batch_size + j) % len(pages)]
+                                   for j in range(args.batch_size)])
+        return cache[key]
+
+    def loss_fn(model: nn.Module, b: dict) -> torch.Tensor:
+        return model.task.compute_losses(b)["loss"]
+
+    return TrainableOnly(task), batch, loss_fn
+
+
+MODELS = {"text": build_text_lm, "dociq-pretrain": build_dociq_pretrain}
 
 
 # ---------------------------------------------------------------- optimizers
@@ -235,7 +280,7 @@ def print_table(results: dict, args) -> None:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), default="text",
-                    help="model to train (the dociq model=tiny pretrain model: add it to MODELS)")
+                    help="text: 10.9M byte-level transformer; dociq-pretrain: the model=tiny pretrain task")
     ap.add_argument("--optimizers", default="adamw,galore,sngd_random,sngd_tucker")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=4)
