@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import sysconfig
@@ -33,7 +32,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dociq.optim import factory  # noqa: E402
-from dociq.optim.sngd import SubspaceNGD  # noqa: E402
 
 
 # ---------------------------------------------------------------- model and data

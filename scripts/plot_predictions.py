@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 
 VAL_SEED = 1000003   # configs/data/synthetic.yaml: val_set.seed
 

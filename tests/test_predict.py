@@ -12,14 +12,6 @@ MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder":
          "mask_decoder": {}}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A checkpoint as Lightning writes it: state_dict + the task's hyper-parameters."""

@@ -23,7 +23,6 @@ import re
 from typing import Any, Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dociq.models.common import MLP, LayerNorm2d, load_state_dict_like, resolve_size, strip_prefix

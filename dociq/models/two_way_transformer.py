@@ -9,7 +9,6 @@ attention over 4096 image tokens cheap.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from timm.layers import Mlp
 from torch import Tensor, nn

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from dociq.models.image_encoder import ImageEncoder, load_image_encoder_from_checkpoint
+from dociq.models.image_encoder import ImageEncoder
 from dociq.models.predictor import Predictor
 from dociq.tasks.base import DociqTask
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule

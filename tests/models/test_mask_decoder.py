@@ -12,16 +12,6 @@ from dociq.models.mask_decoder import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The machine is shared by several test runs; with 2 OpenMP threads each small op waits for a
-    busy core (~1 s per tiny forward instead of ~10 ms), so these tests run single-threaded."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _sam_decoder(dim, heads, mlp_dim, iou_hidden, seed=0):
     torch.manual_seed(seed)
     sam = SamMaskDecoder(

@@ -17,15 +17,6 @@ from dociq.models.prompt_encoder import (
 TINY = PROMPT_ENCODER_SIZES["tiny"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Single-threaded: on the shared 2-core machine 2 OpenMP threads make tiny ops wait on busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def sam_and_ours():
     torch.manual_seed(0)

@@ -15,16 +15,6 @@ from dociq.models.teacher import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on this shared 2-core machine, 2 threads make tiny ops ~30x slower
-    (each parallel region waits for a descheduled thread)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _llama(vocab=64):
     torch.manual_seed(0)
     return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,

@@ -15,16 +15,6 @@ from dociq.models.text_encoder import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on this shared 2-core machine, 2 threads make tiny ops ~30x slower
-    (each parallel region waits for a descheduled thread)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _inputs(b=2, t=9, seed=0):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, 5000, (b, t), generator=g)

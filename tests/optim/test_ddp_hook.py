@@ -3,7 +3,6 @@ plain DDP, and moves only the projected numbers."""
 import math
 import os
 import socket
-import tempfile
 
 import pytest
 import torch

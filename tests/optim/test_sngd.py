@@ -1,7 +1,5 @@
 """SubspaceNGD: the solve, the failure paths, conv weights, batching, state and resume."""
 import io
-import math
-import warnings
 
 import pytest
 import torch

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from dociq.data.collate import DocumentCollator
-from dociq.data.masking import MLMMasking
 from dociq.models.teacher import build_tiny_teacher
 from dociq.models.text_encoder import load_tokenizer
 from dociq.tasks.distill import RANDOM_TEACHER_MARKER, DistillTask, pool_words, words_from_wordpiece
@@ -12,15 +11,6 @@ from dociq.tasks.distill import RANDOM_TEACHER_MARKER, DistillTask, pool_words, 
 from test_mlm import WORDS, make_pages, mlm_batch
 
 STUDENT = {"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on this shared 2-core machine 2 threads make tiny ops far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

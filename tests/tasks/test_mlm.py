@@ -14,15 +14,6 @@ WORDS = ("invoice total amount due date customer name address phone number order
          "price tax subtotal payment terms account bank reference signature approved").split()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on this shared 2-core machine 2 threads make tiny ops far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_pages(n=4, words_per_page=14, seed=0):
     """Small text pages: one line of words per 16 px row on a 128 px page."""
     rng = np.random.default_rng(seed)

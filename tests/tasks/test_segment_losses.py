@@ -17,15 +17,6 @@ from dociq.tasks.segment_losses import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Single-threaded: on the shared 2-core machine 2 OpenMP threads make tiny ops wait on busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _left_half(h=8, w=8):
     t = torch.zeros(1, 1, h, w)
     t[..., : w // 2] = 1
