@@ -38,7 +38,17 @@ def _require_sngd(strategy_name: str, optimizers: list) -> None:
                 "`strategy: sngd` line for other optimizers.")
 
 
-class SNGDSingleDeviceStrategy(SingleDeviceStrategy):
+class _RequiresSNGD:
+    """Mixin: after Lightning builds the optimizers, insist that they are SubspaceNGD."""
+
+    strategy_name: str
+
+    def setup_optimizers(self, trainer) -> None:
+        super().setup_optimizers(trainer)
+        _require_sngd(self.strategy_name, self.optimizers)
+
+
+class SNGDSingleDeviceStrategy(_RequiresSNGD, SingleDeviceStrategy):
     strategy_name = "sngd"
 
     def __init__(self, device: Union[str, torch.device] = "cpu", **kwargs) -> None:
@@ -50,10 +60,6 @@ class SNGDSingleDeviceStrategy(SingleDeviceStrategy):
             self._root_device = torch.device("cuda", torch.cuda.current_device())
         super().setup_environment()
 
-    def setup_optimizers(self, trainer) -> None:
-        super().setup_optimizers(trainer)
-        _require_sngd(self.strategy_name, self.optimizers)
-
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
         strategy_registry.register(cls.strategy_name, cls,
@@ -61,7 +67,7 @@ class SNGDSingleDeviceStrategy(SingleDeviceStrategy):
                                    override=True)
 
 
-class SNGDDDPStrategy(DDPStrategy):
+class SNGDDDPStrategy(_RequiresSNGD, DDPStrategy):
     strategy_name = "sngd_ddp"
 
     def __init__(self, **kwargs) -> None:
@@ -77,10 +83,6 @@ class SNGDDDPStrategy(DDPStrategy):
         # dist.all_reduce, which gloo provides on CPU.
         self.comm_state.process_group = None
         self.model.register_comm_hook(self.comm_state, projected_allreduce_hook)
-
-    def setup_optimizers(self, trainer) -> None:
-        super().setup_optimizers(trainer)
-        _require_sngd(self.strategy_name, self.optimizers)
 
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
