@@ -5,8 +5,8 @@
     python scripts/plot_losses.py RUN --out docs/img/pretrain_losses.png
 
 One panel per loss (D-JEPA, MLM, MIM, total): training steps as a thin line plus a smoothed line,
-validation as markers; a last panel shows the collapse signals (std of target and predicted
-features across the batch). Prints a first/last table of every loss.
+validation as markers; a last panel shows the collapse signals (std across pages of the target,
+predicted and — with task.reg on — online context features). Prints a first/last table of every loss.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LOSSES = (("djepa", "D-JEPA (smooth-L1)"), ("mlm", "MLM (cross-entropy)"),
+LOSSES = (("djepa", "D-JEPA (smooth-L1)"), ("jepa", "I-JEPA (smooth-L1)"), ("mlm", "MLM (cross-entropy)"),
           ("mim", "MIM (pixel MSE)"), ("loss", "total (weighted)"))
-COLLAPSE = (("target_std", "target feature std"), ("pred_std", "predicted feature std"))
+COLLAPSE = (("target_std", "target feature std"), ("pred_std", "predicted feature std"),
+            ("content_std", "online content std"))
 
 
 def find_metrics(path: Path | None, root: Path = Path("outputs")) -> Path:
@@ -95,7 +96,7 @@ def plot(series: dict, out: Path, title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     ax = axes[-1]
-    for (name, label), color in zip(COLLAPSE, ("tab:green", "tab:red")):
+    for (name, label), color in zip(COLLAPSE, ("tab:green", "tab:red", "tab:purple")):
         if f"train/{name}" in series:
             steps, values = series[f"train/{name}"]
             ax.plot(steps, smooth(values), color=color, lw=1.5, label=label,

@@ -74,9 +74,14 @@ class DocumentModel(nn.Module):
             image_tokens = self.image_encoder.hiera.head.norm(last)
         else:
             image_tokens = self.image_encoder(image, keep_idx)
+        fused_image, fused_text = self.fuse(batch, image_tokens, keep_idx, text_ids)
+        return fused_image, fused_text, maps
+
+    def fuse(self, batch: Mapping[str, Any], image_tokens: torch.Tensor, keep_idx: torch.Tensor | None = None,
+             text_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode the OCR words and fuse them with image tokens already computed by the image
+        encoder (pretraining keeps those for its collapse regulariser). Same arguments as `encode`."""
         ids = batch["ocr_ids"] if text_ids is None else text_ids
         text_tokens = self.text_encoder(ids, batch["ocr_boxes"], batch["ocr_mask"])
-        fused_image, fused_text = self.fusion(
-            image_tokens, text_tokens, batch["ocr_boxes"], self.unit_grid,
-            image_idx=keep_idx, text_mask=batch["ocr_mask"], fill_masked=True)
-        return fused_image, fused_text, maps
+        return self.fusion(image_tokens, text_tokens, batch["ocr_boxes"], self.unit_grid,
+                           image_idx=keep_idx, text_mask=batch["ocr_mask"], fill_masked=True)

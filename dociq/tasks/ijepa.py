@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from dociq.models.image_encoder import ImageEncoder
 from dociq.models.predictor import Predictor
 from dociq.tasks.base import DociqTask
+from dociq.tasks.collapse import CollapseRegConfig, collapse_terms
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,13 @@ def select_units(tokens: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return tokens.gather(1, idx.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
 
 
+def unexplained_fraction(pred: torch.Tensor, target: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """MSE of the predictions over the across-page variance of the target features [B,N,E] (mean
+    over units and channels): 1 = no better than predicting each unit's average page, < 1 = the
+    predictor knows page content. Unlike the loss it does not fall when the targets collapse."""
+    return F.mse_loss(pred.float(), target.float()) / features.float().var(dim=0).mean().clamp_min(1e-12)
+
+
 def check_disjoint(ctx_idx: torch.Tensor, tgt_idx: torch.Tensor, num_units: int) -> None:
     """Raise if a context unit is also a target unit: the prediction would be a copy."""
     B = ctx_idx.shape[0]
@@ -67,13 +75,14 @@ def check_disjoint(ctx_idx: torch.Tensor, tgt_idx: torch.Tensor, num_units: int)
 class IJEPATask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  ema: Sequence[float] | Mapping[str, float] = (0.996, 1.0), loss: str = "smooth_l1",
-                 optimizer=None, scheduler=None) -> None:
+                 reg: Mapping[str, float] | None = None, optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.ema_start, self.ema_end = parse_ema(ema)
         if loss not in LOSSES:
             raise KeyError(f"unknown task.loss '{loss}'; choose one of {sorted(LOSSES)}")
         self.loss_fn = LOSSES[loss]
+        self.reg = CollapseRegConfig.from_config(reg)
 
         self.image_encoder = ImageEncoder.from_size(model["size"], img_size=model["image_size"],
                                                     **dict(model.get("image_encoder") or {}))
@@ -133,18 +142,27 @@ class IJEPATask(DociqTask):
             features = self.target_encoder(image)                          # [B, N, E], full page
             features = F.layer_norm(features, features.shape[-1:])
             target = select_units(features, tgt_idx.reshape(B, M * Nt)).reshape(B * M, Nt, -1)
-        pred = self.predict_targets(image, ctx_idx, tgt_idx)
-        out = {"loss": self.loss_fn(pred, target)}
+        context = self.image_encoder(image, ctx_idx)                       # [B, Nc, E]
+        pred = self.predict_from_context(context, ctx_idx, tgt_idx)
+        out = {"jepa": self.loss_fn(pred, target)}
+        out["loss"] = out["jepa"]
+        if self.reg.active:
+            out.update(collapse_terms(context, ctx_idx, self.image_encoder.num_units, self.reg))
+            out["loss"] = out["loss"] + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
         if B > 1:  # collapse signals: 0 when every page maps to the same features
             out["target_std"] = features.std(dim=0).mean()
             out["pred_std"] = pred.detach().reshape(B, M * Nt, -1).std(dim=0).mean()
+            out["unexplained"] = unexplained_fraction(pred.detach(), target, features)
         return out
 
     def predict_targets(self, image: torch.Tensor, ctx_idx: torch.Tensor, tgt_idx: torch.Tensor) -> torch.Tensor:
         """Predicted features [B*M, Nt, E] of the M target blocks (row b*M + m = block m of page b),
         from the context units alone."""
+        return self.predict_from_context(self.image_encoder(image, ctx_idx), ctx_idx, tgt_idx)
+
+    def predict_from_context(self, context: torch.Tensor, ctx_idx: torch.Tensor, tgt_idx: torch.Tensor) -> torch.Tensor:
+        """As `predict_targets`, from the context encoder's tokens [B, Nc, E]."""
         B, M, Nt = tgt_idx.shape
-        context = self.image_encoder(image, ctx_idx)                       # [B, Nc, E]
         # One predictor pass per target block: blocks go into the batch, the context is repeated.
         return self.predictor(context.repeat_interleave(M, dim=0), ctx_idx.repeat_interleave(M, dim=0),
                               tgt_idx.reshape(B * M, Nt), self.image_encoder.unit_grid)

@@ -34,6 +34,8 @@ from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.predictor import Predictor
 from dociq.models.text_encoder import MLMHead, load_text_encoder_from_checkpoint
 from dociq.tasks.base import DociqTask
+from dociq.tasks.collapse import CollapseRegConfig, collapse_terms
+from dociq.tasks.ijepa import unexplained_fraction
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class PretrainTask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  loss: Mapping[str, float] | None = None,
                  ema: Mapping[str, float] | None = None, mim_norm_pix: bool = False,
-                 optimizer=None, scheduler=None) -> None:
+                 reg: Mapping[str, float] | None = None, optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.loss_weights = self._check_loss_weights(loss)
@@ -55,6 +57,7 @@ class PretrainTask(DociqTask):
             raise KeyError(f"unknown task.ema key(s) {sorted(unknown)}; allowed: start, end")
         self.ema_start, self.ema_end = float(ema.get("start", 0.996)), float(ema.get("end", 1.0))
         self.mim_norm_pix = mim_norm_pix
+        self.reg = CollapseRegConfig.from_config(reg)
 
         self.model = DocumentModel.from_config(model)
         size, dim = model["size"], self.model.dim
@@ -139,10 +142,16 @@ class PretrainTask(DociqTask):
                                f"or turn that loss off with task.loss.<name>=0")
         ctx_idx = batch["ctx_idx"] if need_image_mask else None
         text_ids = batch["mlm_ids"] if w["mlm"] > 0 else batch["ocr_ids"]
-        fused_img, fused_txt, _ = self.model.encode(batch, keep_idx=ctx_idx, text_ids=text_ids)
+        image_tokens = self.model.image_encoder(batch["image"], ctx_idx)
+        fused_img, fused_txt = self.model.fuse(batch, image_tokens, keep_idx=ctx_idx, text_ids=text_ids)
 
         out: dict[str, torch.Tensor] = {}
         total = fused_img.new_zeros(())
+        if self.reg.active:   # keeps the image encoder, which the D-JEPA target follows, from collapsing
+            idx = ctx_idx if ctx_idx is not None else torch.arange(
+                image_tokens.shape[1], device=image_tokens.device).expand(image_tokens.shape[:2])
+            out.update(collapse_terms(image_tokens, idx, self.model.image_encoder.num_units, self.reg))
+            total = total + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
         if w["djepa"] > 0:
             out.update(self._djepa(batch, fused_img))
             total = total + w["djepa"] * out["djepa"]
@@ -159,11 +168,11 @@ class PretrainTask(DociqTask):
         tgt_idx = batch["tgt_idx"]                                  # [B, M, Nt]
         B, M, Nt = tgt_idx.shape
         with torch.no_grad():
-            target = self.target_encoder(batch["image"], None)      # [B, N, E], full page
-            target = F.layer_norm(target, target.shape[-1:])
-        E, N = target.shape[-1], fused_img.shape[1]
+            features = self.target_encoder(batch["image"], None)    # [B, N, E], full page
+            features = F.layer_norm(features, features.shape[-1:])
+        E, N = features.shape[-1], fused_img.shape[1]
         flat_idx = tgt_idx.reshape(B * M, Nt)
-        target = target.repeat_interleave(M, dim=0).gather(1, flat_idx[..., None].expand(-1, -1, E))
+        target = features.repeat_interleave(M, dim=0).gather(1, flat_idx[..., None].expand(-1, -1, E))
         # The predictor's context is the whole fused grid: context units plus the masked slots the
         # fusion filled from the text. No slot holds target pixels (they never reach the encoder).
         grid_idx = torch.arange(N, device=fused_img.device).expand(B * M, N)
@@ -172,8 +181,10 @@ class PretrainTask(DociqTask):
         pred = self.feature_head(pred)
         return {"djepa": F.smooth_l1_loss(pred, target),
                 # collapse signals: if these go to 0 every page maps to the same features
-                "target_std": target.float().std(dim=0).mean().detach(),
-                "pred_std": pred.float().std(dim=0).mean().detach()}
+                # (as stage=ijepa: std across pages at a fixed unit / block slot)
+                "target_std": features.float().std(dim=0).mean().detach(),
+                "pred_std": pred.detach().float().reshape(B, M * Nt, -1).std(dim=0).mean(),
+                "unexplained": unexplained_fraction(pred.detach(), target, features)}
 
     def _mlm(self, batch, fused_txt: torch.Tensor) -> dict[str, torch.Tensor]:
         labels = batch["mlm_labels"]

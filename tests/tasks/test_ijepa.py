@@ -8,7 +8,7 @@ from dociq.data.masking import MultiBlockMasking
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.predictor import Predictor
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
-from dociq.tasks.ijepa import IJEPATask
+from dociq.tasks.ijepa import IJEPATask, select_units
 
 SMALL = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1))
 
@@ -169,3 +169,36 @@ def test_lightning_fit_updates_target_and_checkpoint_feeds_later_stages(tmp_path
     later = IJEPATask(small_model(64), init={"image_encoder": str(path)})
     assert all(torch.equal(later.image_encoder.state_dict()[k], online[k]) for k in online)
     assert all(torch.equal(later.target_encoder.state_dict()[k], online[k]) for k in online)
+
+
+def test_collapse_regulariser_joins_the_loss_and_reaches_the_encoder():
+    torch.manual_seed(0)
+    reg = dict(variance=1.0, covariance=0.04, gamma=1.0)  # noise pages: content std ~0.8 < gamma
+    task = IJEPATask(small_model(128), reg=reg)
+    batch = _masked_batch(batch=4)
+    out = task.compute_losses(batch)
+    expected = out["jepa"] + reg["variance"] * out["reg_var"] + reg["covariance"] * out["reg_cov"]
+    torch.testing.assert_close(out["loss"], expected)
+    assert out["reg_var"] > 0 and 0 <= out["content_std"] < reg["gamma"]
+    out["reg_var"].backward()          # the term alone moves the online encoder, not the target
+    assert task.image_encoder.hiera.blocks[0].mlp.fc1.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in task.target_encoder.parameters())
+    plain = IJEPATask(small_model(128)).compute_losses(batch)
+    assert "reg_var" not in plain and torch.equal(plain["loss"], plain["jepa"])
+
+
+def test_unexplained_fraction_is_one_for_the_average_page_and_zero_for_the_truth():
+    from dociq.tasks.ijepa import unexplained_fraction
+
+    torch.manual_seed(0)
+    B, N, E = 8, 16, 32
+    features = torch.randn(1, N, E) + torch.randn(B, N, E)        # position part + page content
+    idx = torch.randint(0, N, (B, 5))
+    target = select_units(features, idx)
+    average_page = select_units(features.mean(0, keepdim=True).expand(B, N, E), idx)
+    # MSE of the per-unit mean over the unbiased variance: (B-1)/B in expectation.
+    assert unexplained_fraction(average_page, target, features) == pytest.approx((B - 1) / B, rel=0.15)
+    assert unexplained_fraction(target, target, features) == 0
+    # A collapsed target (same for every page) makes the ratio blow up instead of falling.
+    collapsed = features[:1].expand(B, N, E) + 1e-3 * torch.randn(B, N, E)
+    assert unexplained_fraction(average_page, select_units(collapsed, idx), collapsed) > 100

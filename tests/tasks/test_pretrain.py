@@ -180,3 +180,15 @@ def test_each_optimizer_step_moves_the_ema_target(task, batch):
             torch.testing.assert_close(task.target_encoder.state_dict()[name], expected)
             moved += int(not torch.equal(task.target_encoder.state_dict()[name], old))
     assert moved > 0
+
+
+def test_collapse_regulariser_is_weighted_into_the_total(batch):
+    torch.manual_seed(0)
+    task = PretrainTask(model=MODEL, init={}, reg={"variance": 2.0, "covariance": 0.1})
+    out = task.compute_losses(batch)
+    parts = out["djepa"] + out["mlm"] + out["mim"]
+    torch.testing.assert_close(out["loss"], parts + 2.0 * out["reg_var"] + 0.1 * out["reg_cov"])
+    out["reg_var"].backward()
+    encoder_grads = [p.grad for p in task.model.image_encoder.parameters() if p.grad is not None]
+    assert encoder_grads and any(g.abs().sum() > 0 for g in encoder_grads)
+    assert all(p.grad is None for p in task.model.text_encoder.parameters())
