@@ -1,0 +1,144 @@
+"""Linear probe of an image encoder: what its unit tokens say about the page's layout.
+
+A self-supervised loss that falls says little by itself — a JEPA loss also falls when the encoder
+collapses. The probe asks what a layout segmenter needs: from the frozen encoder's token of one
+mask unit (32 px on the tiny model), can a linear classifier tell which region class lies there
+(title, paragraph, table cell, figure, ..., or background)?
+
+- Unit labels come from the page's regions: each region is painted into a label map (larger
+  regions first, so a table cell wins over its table), the map goes to the input frame like the
+  image (resize-longest + pad), and a unit takes the class covering most of it if non-background
+  classes cover at least `min_cover` of the unit, else background.
+- Features: the encoder's dense forward (final LayerNorm applied), standardised per channel on
+  the training pages. The classifier: multinomial logistic regression fitted with L-BFGS.
+- Reported: unit accuracy and balanced accuracy (mean recall over the classes present in the
+  held-out pages — background dominates, so this is the number to read), the same for a probe on
+  the unit's *position alone* (what page layout priors give without looking), and two collapse
+  signals: `page_std` = std across pages at a fixed unit of the layer-normed tokens (the JEPA
+  `target_std`; 0 = every page gives the same tokens) and the effective rank of the token matrix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dociq.data.collate import _masks_to_input_frame, _to_input_frame
+from dociq.data.schema import REGION_CLASSES, Page
+
+CLASSES = ("background",) + tuple(REGION_CLASSES)
+
+
+def label_map(page: Page) -> np.ndarray:
+    """int [H, W] class index per page pixel (0 = background); larger regions painted first."""
+    labels = np.zeros(page.size, dtype=np.int64)
+    for region in sorted(page.regions, key=lambda r: -int(r.mask.sum())):
+        if region.label in CLASSES:
+            labels[region.mask] = CLASSES.index(region.label)
+    return labels
+
+
+def unit_labels(page: Page, image_size: int, unit_px: int, min_cover: float = 0.25) -> torch.Tensor:
+    """int [num_units] (raster order) class of each mask unit of the page's input frame."""
+    labels = label_map(page)
+    scale = image_size / max(page.size)
+    onehot = np.stack([labels == c for c in range(len(CLASSES))])                  # [C, H, W]
+    frame = _masks_to_input_frame(onehot, image_size, scale)                         # [C, S, S]
+    grid = image_size // unit_px
+    cover = F.avg_pool2d(frame[None], unit_px)[0].reshape(len(CLASSES), grid * grid)  # [C, N]
+    cover[0] = 0.0                                                                  # padding reads as background too
+    best = cover.argmax(0)
+    return torch.where(cover.sum(0) >= min_cover, best, torch.zeros_like(best))
+
+
+@torch.no_grad()
+def encode_pages(encoder: torch.nn.Module, pages: Sequence[Page], image_size: int,
+                 batch_size: int = 16) -> torch.Tensor:
+    """[P, N, E] dense last-stage tokens of every page."""
+    encoder.eval()
+    out = []
+    for i in range(0, len(pages), batch_size):
+        images = torch.stack([_to_input_frame(p.image, image_size)[0] for p in pages[i:i + batch_size]])
+        out.append(encoder(images).float())
+    return torch.cat(out)
+
+
+def page_std(tokens: torch.Tensor) -> float:
+    """Std across pages at a fixed unit of the layer-normed tokens, averaged (JEPA `target_std`)."""
+    normed = F.layer_norm(tokens, tokens.shape[-1:])
+    return float(normed.std(dim=0).mean())
+
+
+def effective_rank(tokens: torch.Tensor) -> float:
+    """exp(entropy) of the normalised singular values of the centred [P*N, E] token matrix."""
+    x = tokens.reshape(-1, tokens.shape[-1]).double()
+    s = torch.linalg.svdvals(x - x.mean(0))
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, num_classes: int,
+                     weight_decay: float = 1e-4, max_iter: int = 200) -> torch.nn.Linear:
+    """Multinomial logistic regression on standardised features (full-batch L-BFGS)."""
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(x_train.shape[1], num_classes).double()
+    x, y = x_train.double(), y_train
+    opt = torch.optim.LBFGS(probe.parameters(), lr=1.0, max_iter=max_iter, history_size=20,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(probe(x), y) + weight_decay * probe.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return probe
+
+
+def accuracies(pred: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """(accuracy, balanced accuracy = mean recall over the classes present in y)."""
+    acc = float((pred == y).double().mean())
+    recalls = [float((pred[y == c] == c).double().mean()) for c in y.unique()]
+    return acc, float(np.mean(recalls))
+
+
+@dataclass
+class ProbeResult:
+    accuracy: float
+    balanced_accuracy: float
+    position_accuracy: float
+    position_balanced_accuracy: float
+    page_std: float
+    effective_rank: float
+    train_units: int
+    test_units: int
+
+
+def probe_encoder(encoder: torch.nn.Module, train_pages: Sequence[Page], test_pages: Sequence[Page],
+                  image_size: int, unit_px: int) -> ProbeResult:
+    """Fit the unit-class probe on `train_pages`' tokens and score it on `test_pages`'."""
+    feats = [encode_pages(encoder, pages, image_size) for pages in (train_pages, test_pages)]
+    labels = [torch.stack([unit_labels(p, image_size, unit_px) for p in pages]).reshape(-1)
+              for pages in (train_pages, test_pages)]
+    num_units = feats[0].shape[1]
+    if num_units != (image_size // unit_px) ** 2:
+        raise ValueError(f"encoder gives {num_units} tokens per page but image_size={image_size} and "
+                         f"unit_px={unit_px} make {(image_size // unit_px) ** 2} units: check model.mask_unit_px")
+    x_tr, x_te = (f.reshape(-1, f.shape[-1]) for f in feats)
+    mean, std = x_tr.mean(0), x_tr.std(0).clamp_min(1e-6)
+    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+    probe = fit_linear_probe(x_tr, labels[0], len(CLASSES))
+    acc, bal = accuracies(probe(x_te.double()).argmax(1), labels[1])
+
+    # Position alone: one-hot unit index, same classifier.
+    eye = torch.eye(num_units)
+    pos_tr, pos_te = eye.repeat(len(train_pages), 1), eye.repeat(len(test_pages), 1)
+    pos_probe = fit_linear_probe(pos_tr, labels[0], len(CLASSES))
+    pos_acc, pos_bal = accuracies(pos_probe(pos_te.double()).argmax(1), labels[1])
+    return ProbeResult(acc, bal, pos_acc, pos_bal, page_std(feats[1]), effective_rank(feats[1]),
+                       len(labels[0]), len(labels[1]))
