@@ -22,7 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 LOSSES = (("djepa", "D-JEPA (smooth-L1)"), ("jepa", "I-JEPA (smooth-L1)"), ("mlm", "MLM (cross-entropy)"),
-          ("mim", "MIM (pixel MSE)"), ("loss", "total (weighted)"))
+          ("mim", "MIM (pixel MSE)"), ("loss", "total (weighted)"),
+          ("unexplained", "JEPA MSE / target variance"))
 COLLAPSE = (("target_std", "target feature std"), ("pred_std", "predicted feature std"),
             ("content_std", "online content std"))
 
