@@ -20,6 +20,7 @@ import torch
 
 def load_encoder(spec: str, size: str, image_size: int):
     from dociq.models.image_encoder import ImageEncoder, load_image_encoder_from_checkpoint
+    from dociq.tasks.pretrain import state_under
 
     name, _, seed = spec.partition(":")
     torch.manual_seed(int(seed) if name == "random" and seed else 0)
@@ -30,9 +31,7 @@ def load_encoder(spec: str, size: str, image_size: int):
     if part not in ("", "target"):
         raise ValueError(f"{spec}: the suffix after ':' must be 'target' (the EMA target encoder)")
     if part == "target":
-        state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-        prefix = "target_encoder."
-        weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        weights = state_under(path, "target_encoder.")
         if not weights:
             raise KeyError(f"{path} has no target_encoder.* weights (only ijepa/pretrain checkpoints do)")
     else:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from dociq.models.image_encoder import ImageEncoder
 from dociq.models.predictor import Predictor
 from dociq.tasks.base import DociqTask
-from dociq.tasks.collapse import CollapseRegConfig, collapse_terms
+from dociq.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,6 @@ def parse_ema(ema: Sequence[float] | Mapping[str, float]) -> tuple[float, float]
 def select_units(tokens: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """tokens [B,N,D], idx [B,K] -> [B,K,D]."""
     return tokens.gather(1, idx.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
-
-
-def unexplained_fraction(pred: torch.Tensor, target: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """MSE of the predictions over the across-page variance of the target features [B,N,E] (mean
-    over units and channels): 1 = no better than predicting each unit's average page, < 1 = the
-    predictor knows page content. Unlike the loss it does not fall when the targets collapse."""
-    return F.mse_loss(pred.float(), target.float()) / features.float().var(dim=0).mean().clamp_min(1e-12)
 
 
 def check_disjoint(ctx_idx: torch.Tensor, tgt_idx: torch.Tensor, num_units: int) -> None:

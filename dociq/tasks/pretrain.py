@@ -34,8 +34,7 @@ from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.predictor import Predictor
 from dociq.models.text_encoder import MLMHead, load_text_encoder_from_checkpoint
 from dociq.tasks.base import DociqTask
-from dociq.tasks.collapse import CollapseRegConfig, collapse_terms
-from dociq.tasks.ijepa import unexplained_fraction
+from dociq.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
 from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
 
 log = logging.getLogger(__name__)
@@ -97,7 +96,7 @@ class PretrainTask(DociqTask):
         if unknown:
             raise KeyError(f"unknown init key(s) {sorted(unknown)}; allowed: image_encoder, text_encoder, from")
         if init.get("from"):
-            self._load_part("model", self.model, _state_under(init["from"], "model."), init["from"])
+            self._load_part("model", self.model, state_under(init["from"], "model."), init["from"])
         if init.get("image_encoder"):
             self._load_part("image encoder", self.model.image_encoder,
                             _image_encoder_state(init["image_encoder"]), init["image_encoder"])
@@ -251,13 +250,13 @@ def _image_encoder_state(path: str) -> dict[str, torch.Tensor]:
     try:
         return load_image_encoder_from_checkpoint(path)
     except KeyError:
-        state = _state_under(path, "model.image_encoder.")
+        state = state_under(path, "model.image_encoder.")
         if not state:
             raise
         return state
 
 
-def _state_under(path: str, prefix: str) -> dict[str, torch.Tensor]:
+def state_under(path: str, prefix: str) -> dict[str, torch.Tensor]:
     """The tensors under `prefix` in a Lightning checkpoint (or plain state dict) at `path`."""
     from pathlib import Path
 

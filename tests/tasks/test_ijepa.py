@@ -188,7 +188,7 @@ def test_collapse_regulariser_joins_the_loss_and_reaches_the_encoder():
 
 
 def test_unexplained_fraction_is_one_for_the_average_page_and_zero_for_the_truth():
-    from dociq.tasks.ijepa import unexplained_fraction
+    from dociq.tasks.collapse import unexplained_fraction
 
     torch.manual_seed(0)
     B, N, E = 8, 16, 32
