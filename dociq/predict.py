@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dociq.data.collate import DocumentCollator, resize_longest_side
+from dociq.data.collate import DocumentCollator, lexical_match, resize_longest_side
 from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.data.ocr import OcrWords, make_ocr
 from dociq.data.schema import Page
@@ -39,11 +39,13 @@ log = logging.getLogger(__name__)
 
 class Predictor:
     def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
-                 ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu") -> None:
+                 ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu",
+                 max_question_words: int = 12) -> None:
         self.model = model.to(device).eval()
         self.device = torch.device(device)
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
+        self.max_question_words = int(max_question_words)
         self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer)
         question_encoder = model.prompt_encoder.question_encoder
         self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
@@ -165,9 +167,19 @@ class Predictor:
         scale = batch["meta"][0]["scale"]
         q, question_ids, points, ambiguous = self._prompts(question, points, point_labels, boxes, scale)
 
-        embedding, high_res = self.model.embed_image(batch)
-        question_tokens = None if question_ids is None else self.model.encode_questions(question_ids.to(self.device))
-        masks, iou = self.model.decode(embedding, high_res, question_tokens, points, None)
+        page = self.model.embed_page(batch)
+        question_tokens, grounding = None, None
+        if question_ids is not None:
+            question_tokens = self.model.encode_questions(question_ids.to(self.device))
+            texts = [question] * q if isinstance(question, str) else list(question)
+            texts = texts * q if len(texts) == 1 else texts
+            match, word_pos = lexical_match([page_words if self.use_ocr else []], [texts],
+                                            batch["ocr_word_index"].cpu(), self.max_question_words,
+                                            self.question_tokenizer.context_length)
+            has_question = (question_ids != 0).any(1).to(self.device)
+            grounding = self.model.ground(page, question_tokens, match[0].to(self.device),
+                                          word_pos[0].to(self.device), has_question)
+        masks, iou = self.model.decode(page.image, page.high_res, question_tokens, points, None, grounding)
         masks, iou = choose_outputs(masks, iou, ambiguous.to(self.device))
         logits = best_candidate(masks, iou)                                   # [Q, h4, w4]
         scores = iou.gather(1, iou.argmax(1, keepdim=True))[:, 0]

@@ -1,4 +1,5 @@
-"""Training throughput and model FLOPs utilisation (MFU) of `stage=ijepa` and `stage=mlm`.
+"""Training throughput and model FLOPs utilisation (MFU) of `stage=ijepa`, `stage=mlm` and
+`stage=finetune` (steps/s and prompts/s: question/box/click prompts answered per second).
 
 For each stage the config is composed exactly as `python train.py stage=<name> model=tiny` would;
 a Lightning Trainer then runs the real training step (forward, backward, optimizer, EMA, logging)
@@ -17,6 +18,7 @@ done per CPU-second on both sides and is the stable number. Use --threads 1 ther
 is the time on one core.
 
     python scripts/bench_throughput.py                      # both stages, writes docs/throughput.md
+    python scripts/bench_throughput.py --stages finetune --batch-sizes 4 --no-write   # the fine-tune step
     python scripts/bench_throughput.py --stages mlm --batch-sizes 8 32 --steps 20 --no-write
 """
 from __future__ import annotations
@@ -110,9 +112,17 @@ def measure(stage: str, batch_size: int, steps: int, warmup: int, distinct: int,
     if "ocr_mask" in batches[0]:
         tokens = float(sum(b["ocr_mask"].sum() for b in batches)) / distinct
     cpu_step = statistics.median(timer.cpu_times)
-    return dict(stage=stage, batch=batch_size, step_s=step, cpu_step_s=cpu_step,
+    prompts = None
+    if "prompt_valid" in batches[0]:
+        prompts = float(sum(b["prompt_valid"].sum() for b in batches)) / distinct
+    return dict(stage=stage, batch=batch_size, step_s=step, cpu_step_s=cpu_step, prompts=prompts,
                 samples_s=batch_size / step, gflop_step=timer.flops / 1e9,
                 gflops=timer.flops / step / 1e9, cpu_gflops=timer.flops / cpu_step / 1e9, tokens=tokens)
+
+
+def prompts_per_s(row: dict) -> str:
+    """Prompts answered per second (finetune: the batch's valid question slots), '-' otherwise."""
+    return f"{row['prompts'] / row['step_s']:.1f}" if row.get("prompts") else "-"
 
 
 def main() -> None:
@@ -149,11 +159,14 @@ def main() -> None:
         row["mfu"] = row["gflops"] * 1e9 / peak
         row["cpu_mfu"] = row["cpu_gflops"] * 1e9 / cpu_peak
 
-    header = ("| stage | model | batch | step wall / CPU (ms) | samples/s (wall) | GFLOP/step | "
-              "GFLOP/s wall / CPU | MFU wall | MFU CPU time |\n|---|---|---|---|---|---|---|---|---|")
+    header = ("| stage | model | batch | step wall / CPU (ms) | steps/s | samples/s (wall) | prompts/s | "
+              "GFLOP/step | GFLOP/s wall / CPU | MFU wall | MFU CPU time |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [header] + [
         f"| {r['stage']} | tiny | {r['batch']} | {1000 * r['step_s']:.0f} / {1000 * r['cpu_step_s']:.0f} | "
-        f"{r['samples_s']:.1f} | {r['gflop_step']:.2f} | {r['gflops']:.1f} / {r['cpu_gflops']:.1f} | "
+        f"{1 / r['step_s']:.2f} | {r['samples_s']:.1f} | "
+        f"{prompts_per_s(r)} | "
+        f"{r['gflop_step']:.2f} | {r['gflops']:.1f} / {r['cpu_gflops']:.1f} | "
         f"{100 * r['mfu']:.1f}% | {100 * r['cpu_mfu']:.1f}% |" for r in rows]
     load = os.getloadavg()
     walls = [p[0] for p in peaks]

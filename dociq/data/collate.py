@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dociq.data.lexical import clip_word_positions, match_matrix
 from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, LAYOUT_SCALE, Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 
@@ -126,6 +127,7 @@ class DocumentCollator:
         image_masking: Callable | None = None,
         text_masking: Callable | None = None,
         seed: int | None = None,
+        max_question_words: int = 12,
     ) -> None:
         self.image_size = image_size
         self.ocr_tokenizer = ocr_tokenizer or OcrTokenizer()
@@ -136,6 +138,9 @@ class DocumentCollator:
         self.image_masking = image_masking
         self.text_masking = text_masking
         self.seed = seed
+        if int(max_question_words) < 1:
+            raise ValueError(f"data.max_question_words must be >= 1, got {max_question_words}")
+        self.max_question_words = int(max_question_words)
         self._calls = 0
         if text_masking is not None and getattr(text_masking, "visible_only", False):
             if image_masking is None or not hasattr(image_masking, "grid"):
@@ -175,6 +180,7 @@ class DocumentCollator:
         self._add_ocr(batch, encoded)
         if self.questions:
             self._add_questions(batch, pages, scales, g)
+            self._add_lexical_match(batch, pages)
         batch["meta"] = [dict(page.meta, original_size=page.size, scale=s) for page, s in zip(pages, scales)]
         if self.image_masking is not None:
             batch["ctx_idx"], batch["tgt_idx"] = self.image_masking(len(pages), g)
@@ -231,4 +237,40 @@ class DocumentCollator:
                 point_labels[i, j] = 1
                 boxes[i, j] = mask_box(masks[i, j])
         batch.update(prompt_ids=prompt_ids, prompt_valid=valid, prompt_kind=kinds, masks=masks,
-                     points=points, point_labels=point_labels, boxes=boxes)
+                     points=points, point_labels=point_labels, boxes=boxes,
+                     prompt_text=[[q.text for q in qs] for qs in chosen])
+
+    def _add_lexical_match(self, batch: dict, pages: list[Page]) -> None:
+        batch["prompt_match"], batch["prompt_word_pos"] = lexical_match(
+            [p.words for p in pages], batch["prompt_text"], batch["ocr_word_index"],
+            self.max_question_words, self.question_tokenizer.context_length,
+            num_questions=batch["prompt_valid"].shape[1])
+
+
+def lexical_match(page_words: Sequence[Sequence[str]], questions: Sequence[Sequence[str]],
+                  word_index: torch.Tensor, max_words: int, context_length: int,
+                  num_questions: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lexical match of each page's questions with its OCR tokens.
+
+    page_words: the words of each of B pages; questions: the question texts of each page;
+    word_index long [B,T]: the page word of each OCR token (-1 special/pad).
+    Returns `prompt_match` uint8 [B,Q,J,T] — how question content word j matches token t
+    (dociq.data.lexical codes; a word's sub-tokens share its code) — and `prompt_word_pos` long
+    [B,Q,J] — the CLIP position of word j's first token (-1: no word j). Q = num_questions or
+    the largest question count."""
+    b, t = word_index.shape
+    q_max = num_questions or max(1, max((len(qs) for qs in questions), default=1))
+    match = torch.zeros(b, q_max, max_words, t, dtype=torch.uint8)
+    word_pos = torch.full((b, q_max, max_words), -1, dtype=torch.long)
+    for i, (words, texts) in enumerate(zip(page_words, questions)):
+        is_word = word_index[i] >= 0
+        for k, text in enumerate(texts):
+            codes, word_ids = match_matrix(text, words, max_words)
+            if not word_ids:
+                continue
+            n = len(word_ids)
+            word_pos[i, k, :n] = torch.tensor(clip_word_positions(text, word_ids, context_length))
+            if codes.size:
+                per_token = torch.from_numpy(codes)[:, word_index[i].clamp(min=0)]
+                match[i, k, :n] = per_token * is_word
+    return match, word_pos

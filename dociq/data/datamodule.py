@@ -29,6 +29,7 @@ class DocumentDataModule(L.LightningDataModule):
         question_context_length: int = 32,
         questions: bool = False,
         max_questions: int = 4,
+        max_question_words: int = 12,
         points_per_prompt: int = 1,
         image_masking: Callable | None = None,
         text_masking: Callable | None = None,
@@ -45,6 +46,7 @@ class DocumentDataModule(L.LightningDataModule):
             question_tokenizer=QuestionTokenizer(question_context_length) if questions else None,
             questions=questions, max_questions=max_questions, points_per_prompt=points_per_prompt,
             image_masking=image_masking, text_masking=text_masking,
+            max_question_words=max_question_words,
         )
         self.train_collator = DocumentCollator(**common)
         # validation sees the same masks and prompts every time, so its losses are comparable

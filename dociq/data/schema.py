@@ -86,6 +86,10 @@ BATCH_KEYS = {
     "prompt_ids": "long [B,Q,L] open_clip tokens of the questions (finetune)",
     "prompt_valid": "bool [B,Q] True where a real question (pages have different counts)",
     "prompt_kind": "list[list[str]] question kind per page and question",
+    "prompt_text": "list[list[str]] the questions as text (finetune)",
+    "prompt_match": "uint8 [B,Q,J,T] lexical match of question content word j with OCR token t "
+                    "(0 none, 1 fuzzy, 2 case-folded, 3 exact; dociq.data.lexical)",
+    "prompt_word_pos": "long [B,Q,J] CLIP token position of question content word j, -1 = none",
     "points": "float [B,Q,P,2] point prompts in pixels (x, y) (optional)",
     "point_labels": "long [B,Q,P] 1 positive, 0 negative, -1 padding (optional)",
     "boxes": "float [B,Q,4] box prompts x0,y0,x1,y1 in pixels (optional)",

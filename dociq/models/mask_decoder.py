@@ -144,8 +144,12 @@ class MaskDecoder(nn.Module):
         sparse_prompt_embeddings: Tensor,
         dense_prompt_embeddings: Tensor,
         high_res_features: list[Tensor] | None = None,
+        high_res_prompt: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """All num_mask_tokens masks [N, 1+M, 4h, 4w] and IoU predictions [N, 1+M] (token 0 first)."""
+        """All num_mask_tokens masks [N, 1+M, 4h, 4w] and IoU predictions [N, 1+M] (token 0 first).
+
+        high_res_prompt: optional per-prompt map [N, C/8, 4h, 4w] added to the upscaled image
+        features before the hypernetwork product (dociq's word-grounding map; not in SAM)."""
         n = sparse_prompt_embeddings.shape[0]
         src = self._per_prompt(image_embeddings, n, "image_embeddings")
         if src.shape[1] != self.transformer_dim:
@@ -165,6 +169,11 @@ class MaskDecoder(nn.Module):
         mask_tokens_out = hs[:, 1 : 1 + self.num_mask_tokens]
 
         upscaled = self._upscale(src.transpose(1, 2).reshape(b, c, h, w), high_res_features, n)
+        if high_res_prompt is not None:
+            if high_res_prompt.shape != upscaled.shape:
+                raise ValueError(f"MaskDecoder: high_res_prompt must be {list(upscaled.shape)}, "
+                                 f"got {list(high_res_prompt.shape)}")
+            upscaled = upscaled + high_res_prompt
         hyper_in = torch.stack(
             [mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.mask_hypernetworks)], dim=1
         )

@@ -135,6 +135,11 @@ class QuestionEncoder(nn.Module):
         ids = self._check_ids(question_ids)
         return self.text(ids)
 
+    def no_question_tokens(self, n: int) -> Tensor:
+        """What `forward` gives an all-padding row, for `n` prompts without any question:
+        [n, num_tokens, output_dim] copies of the learned no-question embedding."""
+        return self.no_question_embed.weight.expand(n, self.num_tokens, -1)
+
     def forward(self, question_ids: Tensor) -> Tensor:
         """question_ids long [N, L<=context_length] -> tokens [N, num_tokens, output_dim]."""
         ids = self._check_ids(question_ids)

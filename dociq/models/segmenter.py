@@ -9,6 +9,7 @@ SAM 2's high-resolution skips from Hiera's stride-8 and stride-4 maps.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 
 from dociq.models.common import LayerNorm2d
 from dociq.models.dociq import DocumentModel
+from dociq.models.grounding import Grounding, WordGrounding
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
 
@@ -45,11 +47,13 @@ class SegmentationModel(DocumentModel):
     DocumentModel's, so a pretrain checkpoint's `model.*` loads into it unchanged."""
 
     def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
-                 prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder) -> None:
+                 prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder,
+                 grounding: WordGrounding | None = None) -> None:
         super().__init__(image_encoder, text_encoder, fusion)
         self.neck = neck
         self.prompt_encoder = prompt_encoder
         self.mask_decoder = mask_decoder
+        self.grounding = grounding
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any]) -> "SegmentationModel":
@@ -71,12 +75,40 @@ class SegmentationModel(DocumentModel):
             raise ValueError(f"model.mask_decoder.transformer_dim ({mask_decoder.transformer_dim}) must equal "
                              f"model.prompt_encoder.embed_dim ({prompt_encoder.embed_dim})")
         neck = ImageEmbeddingNeck(doc.dim, stage_dims[2], prompt_encoder.embed_dim)
-        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder)
+        grounding_cfg = model.get("grounding", {})
+        grounding = None
+        if grounding_cfg is not None and grounding_cfg is not False:
+            if prompt_encoder.question_encoder is None:
+                raise ValueError("model.grounding needs the question tower (model.prompt_encoder.question_model); "
+                                 "set model.grounding=null to build the model without word grounding")
+            grounding = WordGrounding.from_size(size, text_dim=doc.dim, dim=prompt_encoder.embed_dim,
+                                                high_res_dim=mask_decoder.transformer_dim // 8,
+                                                **dict(grounding_cfg or {}))
+        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding)
+
+    def embed_page(self, batch: Mapping[str, Any]) -> "PageEmbedding":
+        """Page (+ OCR) -> the decoder's image embedding, the skip maps and the fused OCR tokens:
+        everything the prompts of this page need, computed once (SAM's set_image)."""
+        fused, text, maps = self.encode(batch, multiscale=True)
+        return PageEmbedding(self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]], text,
+                             batch["ocr_boxes"], batch["ocr_mask"], batch["ocr_word_index"])
 
     def embed_image(self, batch: Mapping[str, Any]) -> tuple[Tensor, list[Tensor]]:
         """Page (+ OCR) -> decoder image embedding [B, C, h, w] and [stride-4, stride-8] skip maps."""
-        fused, _, maps = self.encode(batch, multiscale=True)
-        return self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]]
+        page = self.embed_page(batch)
+        return page.image, page.high_res
+
+    def ground(self, page: "PageEmbedding", question_tokens: Tensor | None, match: Tensor | None,
+               word_pos: Tensor | None, has_question: Tensor) -> Grounding | None:
+        """Per-prompt word grounding (dociq.models.grounding), or None when the model has no
+        grounding module or no prompt has a question. match uint8 [N,J,T], word_pos [N,J]."""
+        if self.grounding is None or question_tokens is None or not bool(has_question.any()):
+            return None
+        if match is None or word_pos is None:
+            raise KeyError("the word-grounding path needs the lexical match of the questions: batch keys "
+                           "`prompt_match` and `prompt_word_pos` (DocumentCollator with questions=true makes them)")
+        return self.grounding(page.text, page.boxes, page.token_mask, page.word_index, question_tokens,
+                              match, word_pos, has_question, tuple(page.image.shape[-2:]))
 
     def encode_questions(self, question_ids: Tensor) -> Tensor:
         """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
@@ -87,18 +119,38 @@ class SegmentationModel(DocumentModel):
 
     def decode(self, embedding: Tensor, high_res: list[Tensor], question_tokens: Tensor | None,
                points: tuple[Tensor, Tensor] | None, mask_prompt: Tensor | None,
-               ) -> tuple[Tensor, Tensor]:
+               grounding: Grounding | None = None) -> tuple[Tensor, Tensor]:
         """All decoder outputs: masks [N, 4, 4h, 4w] (0 = single-mask token, 1..3 multimask) and
-        iou [N, 4]. Prompts are flattened image-major (N = B*Q). Box corners go in `points`."""
+        iou [N, 4]. Prompts are flattened image-major (N = B*Q). Box corners go in `points`;
+        `grounding` (from `ground`) adds the per-prompt word maps."""
         n = question_tokens.shape[0] if question_tokens is not None else (
             points[0].shape[0] if points is not None else mask_prompt.shape[0])
         sparse, dense = self.prompt_encoder(points=points, masks=mask_prompt)
         if sparse.shape[0] != n:   # no point or mask prompt: one empty row and the no-mask map
             sparse, dense = sparse.expand(n, -1, -1), dense.expand(n, -1, -1, -1)
+        if question_tokens is None and self.prompt_encoder.question_encoder is not None:
+            # Prompts without a question carry the no-question tokens, as in a batch that mixes
+            # both: the decoder then sees the same token layout in training and in use.
+            question_tokens = self.prompt_encoder.question_encoder.no_question_tokens(n)
         if question_tokens is not None:
             sparse = torch.cat([sparse, question_tokens], dim=1)
+        high_res_prompt = None
+        if grounding is not None:
+            dense = dense + grounding.dense
+            high_res_prompt = grounding.high_res
         return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
-                                               dense, high_res)
+                                               dense, high_res, high_res_prompt=high_res_prompt)
+
+
+@dataclass
+class PageEmbedding:
+    """What `SegmentationModel.embed_page` computes once per page (B pages)."""
+    image: Tensor              # [B, C, h, w] decoder image embedding (stride 16)
+    high_res: list[Tensor]     # [stride-4, stride-8] Hiera maps for the decoder's skips
+    text: Tensor               # [B, T, D] fused OCR tokens (the fusion trunk's text stream)
+    boxes: Tensor              # long [B, T, 4] token boxes, 0..1000
+    token_mask: Tensor         # bool [B, T] real tokens
+    word_index: Tensor         # long [B, T] page word of each token, -1 special/pad
 
 
 def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:
@@ -127,4 +179,6 @@ def remove_ocr_words(batch: dict) -> dict:
     out["ocr_mask"] = keep.gather(1, order)
     out["ocr_boxes"] = batch["ocr_boxes"].gather(1, order[..., None].expand(-1, -1, 4))
     out["ocr_word_index"] = batch["ocr_word_index"].gather(1, order)
+    if "prompt_match" in batch:   # no words left to match
+        out["prompt_match"] = batch["prompt_match"].new_zeros(*batch["prompt_match"].shape[:3], t)
     return out

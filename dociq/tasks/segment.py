@@ -24,12 +24,15 @@ Validation uses `val_prompts` (default: the question only), one round, and logs 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dociq.models.grounding import Grounding
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.prompt_encoder import (BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_POINT,
                                          POSITIVE_POINT)
@@ -43,8 +46,11 @@ from dociq.tasks.segment_metrics import SegmentationMetrics
 log = logging.getLogger(__name__)
 
 PROMPT_KINDS = ("question", "box", "point")
+# focal 1 : dice 1 (not SAM's 20 : 1, which a small model trained for minutes answers with
+# "background everywhere"), IoU-head MSE, and the word-grounding BCE.
+DEFAULT_LOSS = {"focal": 1.0, "dice": 1.0, "iou": 1.0, "word": 1.0}
 FREEZABLE = ("image_encoder", "text_encoder", "fusion")
-HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder")
+HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding")
 
 
 # ---- the task ----------------------------------------------------------------------------------
@@ -52,7 +58,7 @@ HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder")
 class SegmentTask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  prompts: Mapping[str, float] | None = None,
-                 val_prompts: Sequence[str] = ("question",),
+                 val_prompts: Sequence[str] | Mapping[str, Sequence[str]] = ("question",),
                  rounds: int = 2, box_noise: float = 0.1,
                  loss: Mapping[str, float] | None = None,
                  freeze: Mapping[str, bool] | None = None,
@@ -61,20 +67,18 @@ class SegmentTask(DociqTask):
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.prompt_probs = self._check_prompts(prompts)
-        unknown = set(val_prompts) - set(PROMPT_KINDS)
-        if unknown or not val_prompts:
-            raise KeyError(f"task.val_prompts {list(val_prompts)}: choose a non-empty subset of {PROMPT_KINDS}")
-        self.val_prompts = tuple(val_prompts)
+        self.val_prompt_sets = self._check_val_prompts(val_prompts)
+        self.val_prompts = next(iter(self.val_prompt_sets.values()))
         if int(rounds) < 1:
             raise ValueError(f"task.rounds must be >= 1, got {rounds}")
         self.rounds, self.box_noise, self.use_ocr = int(rounds), float(box_noise), bool(ocr)
         if loss_size is not None and int(loss_size) < 1:
             raise ValueError(f"task.loss_size must be a positive side length or null, got {loss_size}")
         self.loss_size = None if loss_size is None else int(loss_size)
-        loss = {"focal": 20.0, "dice": 1.0, "iou": 1.0} | dict(loss or {})
-        if set(loss) - {"focal", "dice", "iou"}:
-            raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - {'focal', 'dice', 'iou'})}; "
-                           "allowed: focal, dice, iou")
+        loss = dict(DEFAULT_LOSS) | dict(loss or {})
+        if set(loss) - set(DEFAULT_LOSS):
+            raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - set(DEFAULT_LOSS))}; "
+                           f"allowed: {', '.join(DEFAULT_LOSS)}")
         self.loss_weights = {k: float(v) for k, v in loss.items()}
 
         self.model = SegmentationModel.from_config(model)
@@ -82,6 +86,9 @@ class SegmentTask(DociqTask):
         self._load_init(dict(init or {}))
         self.frozen = self._freeze(dict(freeze or {}))
         self.val_metrics = SegmentationMetrics()
+        # the first prompt set is `val/miou` (the monitored metric); the others log as val/<name>_*
+        self.extra_val_metrics = nn.ModuleDict({name: SegmentationMetrics()
+                                                for name in list(self.val_prompt_sets)[1:]})
 
     # ---- setup -------------------------------------------------------------------------------
 
@@ -95,6 +102,20 @@ class SegmentTask(DociqTask):
         if bad:
             raise ValueError(f"task.prompts are probabilities in [0, 1], got {bad}")
         return {k: float(v) for k, v in probs.items()}
+
+    @staticmethod
+    def _check_val_prompts(val_prompts) -> dict[str, tuple[str, ...]]:
+        """A list of prompt kinds (one set) or {name: kinds} (several; the first is `val/miou`)."""
+        sets = dict(val_prompts) if isinstance(val_prompts, Mapping) else {"question": val_prompts}
+        for name, kinds in sets.items():
+            kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+            unknown = set(kinds) - set(PROMPT_KINDS)
+            if unknown or not kinds:
+                raise KeyError(f"task.val_prompts.{name} {kinds}: choose a non-empty subset of {PROMPT_KINDS}")
+            sets[name] = tuple(kinds)
+        if not sets:
+            raise KeyError(f"task.val_prompts is empty: give at least one set of prompt kinds from {PROMPT_KINDS}")
+        return sets
 
     def _freeze(self, freeze: dict[str, bool]) -> list[str]:
         unknown = set(freeze) - set(FREEZABLE)
@@ -227,12 +248,24 @@ class SegmentTask(DociqTask):
             targets[:, None], size=(self.loss_size, self.loss_size), mode="area")[:, 0]
         valid = batch["prompt_valid"].reshape(-1)
         question_ids, points, ambiguous = self.sample_prompts(batch, kinds)
-        embedding, high_res = self.model.embed_image(batch)
+        page = self.model.embed_page(batch)
+        embedding, high_res = page.image, page.high_res
         question_tokens = self.model.encode_questions(question_ids) if question_ids is not None else None
+        has_question = (question_ids != 0).any(1) if question_ids is not None else torch.zeros_like(valid)
+        match, word_pos = batch.get("prompt_match"), batch.get("prompt_word_pos")
+        grounding = self.model.ground(page, question_tokens,
+                                      None if match is None else match.flatten(0, 1),
+                                      None if word_pos is None else word_pos.flatten(0, 1), has_question)
         mask_prompt, total, per_round = None, 0.0, []
         w = self.loss_weights
+        word = None
+        if grounding is not None:
+            word = word_relevance_loss(grounding, targets, valid & has_question)
+            if w["word"] > 0:
+                total = total + w["word"] * word.loss
         for r in range(rounds):
-            all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt)
+            all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt,
+                                                   grounding)
             masks, iou = choose_outputs(all_masks, all_iou, ambiguous)
             seg = segmentation_loss(masks, iou, loss_targets, valid, focal_weight=w["focal"],
                                     dice_weight=w["dice"], iou_weight=w["iou"])
@@ -240,14 +273,18 @@ class SegmentTask(DociqTask):
             per_round.append(seg)
             chosen = select_mask_prompt(masks, iou)                         # [N, 1, h, w], detached
             if r + 1 < rounds:
-                up = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)
-                new_points, new_labels = sample_correction_points(up, targets)
-                points = append_points(points, new_points, new_labels)
+                # Clicks are drawn where the loss looks (the loss grid), then mapped to pixel indices
+                # of the input frame: drawing them at 256x256 cost ~5% of a CPU step.
+                grid = F.interpolate(chosen, size=loss_targets.shape[-2:], mode="bilinear", align_corners=False) \
+                    if chosen.shape[-2:] != loss_targets.shape[-2:] else chosen
+                new_points, new_labels = sample_correction_points(grid, loss_targets)
+                cell = targets.shape[-1] / loss_targets.shape[-1]
+                points = append_points(points, (new_points + 0.5) * cell - 0.5, new_labels)
                 mask_prompt = chosen
                 ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
         final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
         return {"loss": total, "rounds": per_round, "masks": final, "targets": targets, "valid": valid,
-                "points": points, "mask_prompt": mask_prompt}
+                "points": points, "mask_prompt": mask_prompt, "word": word}
 
     # ---- Lightning hooks ---------------------------------------------------------------------
 
@@ -262,23 +299,67 @@ class SegmentTask(DociqTask):
                        "train/iou_round1": first.actual_iou[valid].mean() if valid.any() else 0.0,
                        f"train/iou_round{len(out['rounds'])}": last.actual_iou[valid].mean()
                        if valid.any() else 0.0}, on_step=True, batch_size=bs)
+        if out["word"] is not None:
+            self.log_dict({"train/word_bce": out["word"].loss.detach(), "train/word_acc": out["word"].accuracy},
+                          on_step=True, batch_size=bs)
         return out["loss"]
 
     def validation_step(self, batch, batch_idx):
-        out = self.run_rounds(batch, 1, kinds=self.val_prompts)
-        valid = out["valid"]
         kinds = [k for page in batch["prompt_kind"] for k in page]
-        pred = out["masks"][valid] > 0
-        self.val_metrics.update(pred, out["targets"][valid] > 0.5, kinds)
-        self.log("val/loss", out["loss"].detach(), prog_bar=True, on_epoch=True,
-                 batch_size=batch["image"].shape[0])
-        return out["loss"]
+        main_loss = None
+        for i, (name, prompt_kinds) in enumerate(self.val_prompt_sets.items()):
+            out = self.run_rounds(batch, 1, kinds=prompt_kinds)
+            valid = out["valid"]
+            metrics = self.val_metrics if i == 0 else self.extra_val_metrics[name]
+            metrics.update(out["masks"][valid] > 0, out["targets"][valid] > 0.5, kinds)
+            if i == 0:
+                main_loss = out["loss"]
+                self.log("val/loss", out["loss"].detach(), prog_bar=True, on_epoch=True,
+                         batch_size=batch["image"].shape[0])
+        return main_loss
+
+    def on_fit_start(self) -> None:
+        self._fit_started = time.monotonic()
 
     def on_validation_epoch_end(self) -> None:
-        metrics = self.val_metrics.compute()
-        for name, value in metrics.items():
+        if getattr(self, "_fit_started", None) is not None:   # learning curves against wall-clock
+            self.log("val/wall_min", (time.monotonic() - self._fit_started) / 60.0)
+        for name, value in self.val_metrics.compute().items():
             self.log(f"val/{name}", value, prog_bar=name == "miou")
         self.val_metrics.reset()
+        for set_name, metrics in self.extra_val_metrics.items():
+            for name, value in metrics.compute().items():
+                self.log(f"val/{set_name}_{name}", value)
+            metrics.reset()
+
+
+# ---- word-level supervision ---------------------------------------------------------------------
+
+@dataclass
+class WordLoss:
+    loss: Tensor        # BCE of the word relevance logits, averaged over the scored words
+    accuracy: Tensor    # share of scored words whose relevance sign matches its label
+
+
+def word_relevance_loss(grounding: Grounding, targets: Tensor, prompts: Tensor) -> WordLoss:
+    """A word's label is the share of its box inside the prompt's target mask (soft, 0..1), read
+    at the grounding's stride-4 grid; scored over the words of the prompts in `prompts` [N]."""
+    cov = grounding.coverage_high_res                                     # [B, T, S]
+    b, t, s = cov.shape
+    n = targets.shape[0]
+    side = int(round(s ** 0.5))
+    small = F.interpolate(targets[:, None].float(), size=(side, side), mode="area").view(b, n // b, s)
+    area = cov.sum(-1, keepdim=True)                                       # [B, T, 1]
+    labels = (cov @ small.transpose(1, 2)) / area.clamp(min=1e-6)          # [B, T, Q]
+    labels = labels.transpose(1, 2).reshape(n, t).clamp(0, 1)
+    scored = (grounding.words & (area[..., 0] > 0)).repeat_interleave(n // b, dim=0) & prompts[:, None]
+    logits = grounding.relevance
+    if not bool(scored.any()):
+        zero = logits.sum() * 0.0
+        return WordLoss(zero, zero.detach())
+    bce = F.binary_cross_entropy_with_logits(logits[scored], labels[scored])
+    acc = ((logits[scored] > 0) == (labels[scored] > 0.5)).float().mean()
+    return WordLoss(bce, acc.detach())
 
 
 # ---- checkpoint reading ------------------------------------------------------------------------

@@ -67,8 +67,10 @@ def test_every_prompt_combination_trains(batch, task, kinds):
     out["loss"].backward()
     grads = {name.split(".")[1]: p.grad for name, p in task.named_parameters() if p.grad is not None}
     assert {"image_encoder", "text_encoder", "fusion", "neck", "mask_decoder"} <= set(grads)
-    assert ("question_encoder" in str([n for n, p in task.named_parameters() if p.grad is not None])) \
+    # the question tower learns from questions; prompts without one use its no-question embedding
+    assert ("question_encoder.text." in str([n for n, p in task.named_parameters() if p.grad is not None])) \
         == ("question" in kinds)
+    assert task.model.prompt_encoder.question_encoder.no_question_embed.weight.grad is not None
 
 
 def test_training_prompts_mix_kinds_and_never_leave_a_prompt_empty(batch, task):
@@ -107,8 +109,8 @@ def test_rounds_click_in_error_region_and_feed_mask_prompt(batch, task, monkeypa
     calls = []
     decode = task.model.decode
 
-    def spy(embedding, high_res, question_tokens, points, mask_prompt):
-        out = decode(embedding, high_res, question_tokens, points, mask_prompt)
+    def spy(embedding, high_res, question_tokens, points, mask_prompt, grounding=None):
+        out = decode(embedding, high_res, question_tokens, points, mask_prompt, grounding)
         calls.append({"points": points, "mask_prompt": mask_prompt, "out": out})
         return out
 
@@ -122,16 +124,20 @@ def test_rounds_click_in_error_region_and_feed_mask_prompt(batch, task, monkeypa
     masks, iou = first["out"]
     chosen = select_mask_prompt(masks[:, :1], iou[:, :1])
     torch.testing.assert_close(second["mask_prompt"], chosen)
-    # the new click lies in round 1's error region, labelled by which error it corrects
+    # the new click lies in round 1's error region on the loss grid (task.loss_size), labelled by
+    # which error it corrects, and is given in pixel indices of the input frame (cell centres)
     coords, labels = second["points"]
     assert coords.shape[1] == 1 and labels.shape[1] == 1
-    pred = F.interpolate(chosen, size=batch["masks"].shape[-2:], mode="bilinear", align_corners=False)[:, 0] > 0
-    target = batch["masks"].flatten(0, 1) > 0.5
+    side = task.loss_size or batch["masks"].shape[-1]
+    cell = batch["masks"].shape[-1] / side
+    pred = F.interpolate(chosen, size=(side, side), mode="bilinear", align_corners=False)[:, 0] > 0
+    target = F.interpolate(batch["masks"].flatten(0, 1)[:, None], size=(side, side), mode="area")[:, 0] > 0.5
     for i in range(coords.shape[0]):
-        x, y = coords[i, 0].long().tolist()
-        assert pred[i, y, x] != target[i, y, x], f"prompt {i}: click ({x}, {y}) is not on an error"
-        assert labels[i, 0].item() == int(target[i, y, x])   # positive on a miss, negative on a false alarm
-    assert torch.isclose(out["loss"], out["rounds"][0].loss + out["rounds"][1].loss)
+        gx, gy = ((coords[i, 0] + 0.5) / cell - 0.5).round().long().tolist()
+        assert pred[i, gy, gx] != target[i, gy, gx], f"prompt {i}: click ({gx}, {gy}) is not on an error"
+        assert labels[i, 0].item() == int(target[i, gy, gx])   # positive on a miss, negative on a false alarm
+    word = out["word"].loss if out["word"] is not None else 0.0
+    assert torch.isclose(out["loss"], out["rounds"][0].loss + out["rounds"][1].loss + task.loss_weights["word"] * word)
 
 
 def test_metrics_per_kind_on_hand_made_masks():
@@ -194,7 +200,7 @@ def test_init_from_checkpoint_loads_weights_and_reports_keys(tmp_path, capsys, s
     report = task.init_report["model"]
     assert report["unexpected"] == ["mlm_head.bias"]
     assert report["missing"] == []
-    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder"}
+    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding"}
     assert "1 unexpected" in capsys.readouterr().out
 
     # a finetune checkpoint restores everything, heads included
@@ -275,4 +281,6 @@ def test_stage_config_monitors_val_miou():
     assert resolve_stage(cfg.stage.name) is SegmentTask
     assert (cfg.stage.monitor, cfg.stage.mode, cfg.optimized_metric) == ("val/miou", "max", "val/miou")
     assert cfg.data.questions is True and cfg.task.rounds >= 1
-    assert math.isclose(cfg.task.loss.focal / cfg.task.loss.dice, 20.0)
+    # focal 1 : dice 1 (SAM's 20 : 1 learns "background everywhere" at CPU budgets) + word BCE
+    assert math.isclose(cfg.task.loss.focal / cfg.task.loss.dice, 1.0) and cfg.task.loss.word > 0
+    assert list(cfg.task.val_prompts) == ["question", "box"]

@@ -1,0 +1,125 @@
+"""Lexical match between a question and a page's OCR words (the reading-comprehension
+"exact-match" feature of DrQA / BiDAF, graded for OCR noise).
+
+The question tower (CLIP BPE) and the OCR text encoder (WordPiece) share no vocabulary at
+initialisation, so "which paragraph mentions “Lawyer”?" cannot be answered by learning alone
+in a few CPU minutes. The collator therefore tells the model, for every content word j of a
+question and every OCR word w, how well they match:
+
+    NO_MATCH 0 < FUZZY 1 (edit distance 1, words of >= 5 letters) < CASEFOLD 2 < EXACT 3
+
+and where word j sits among the question's CLIP tokens, so the model can read what role the
+word plays in the question ("what is the <column> of <row>?") from the tower's features there.
+Function words ("the", "of", "which", ...) are not matched: they occur on every page.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+NO_MATCH, FUZZY, CASEFOLD, EXACT = 0, 1, 2, 3
+NUM_MATCH_CODES = 4
+FUZZY_MIN_LENGTH = 5   # below this one edit turns a word into another word too easily
+
+STOPWORDS = frozenset("""
+a an the of to in on at by for from with and or but not no is are was were be been being do does
+did has have had it its this that these those there here what which who whom whose where when
+why how all any each every some my your his her our their me you he she we they them i as into
+than then so if about up out over under can will shall would should could may might must
+""".split())
+
+_EDGE_PUNCT = re.compile(r"^[^\w]+|[^\w]+$", re.UNICODE)
+
+
+def normalise(word: str) -> str:
+    """Strip punctuation at both ends (quotes, colons, commas): `“Lawyer”?` -> `Lawyer`."""
+    return _EDGE_PUNCT.sub("", word)
+
+
+def _deletions(word: str) -> set[str]:
+    """The word and every string one deletion away (symmetric-delete edit-distance test)."""
+    return {word} | {word[:i] + word[i + 1:] for i in range(len(word))}
+
+
+def within_one_edit(a: str, b: str) -> bool:
+    """Levenshtein distance <= 1 (one substitution, insertion or deletion)."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) <= 1
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return short in _deletions(long_)
+
+
+_QUOTES = "\"'\u2018\u2019\u201c\u201d\u00ab\u00bb"
+
+
+def question_content_words(question: str) -> list[tuple[int, str]]:
+    """(index among the question's whitespace words, normalised word) of its content words.
+    A quoted word is always content ("which paragraph mentions “under”?")."""
+    out = []
+    for i, raw in enumerate(question.split()):
+        word = normalise(raw)
+        quoted = raw[:1] in _QUOTES or raw.rstrip("?.!,;:")[-1:] in _QUOTES
+        if word and (quoted or word.casefold() not in STOPWORDS) and (len(word) > 1 or word.isdigit()):
+            out.append((i, word))
+    return out
+
+
+def match_code(question_word: str, page_word: str) -> int:
+    """The graded match of one normalised question word with one (raw) OCR word."""
+    w = normalise(page_word)
+    if not w:
+        return NO_MATCH
+    if w == question_word:
+        return EXACT
+    if w.casefold() == question_word.casefold():
+        return CASEFOLD
+    if min(len(w), len(question_word)) >= FUZZY_MIN_LENGTH and within_one_edit(
+            w.casefold(), question_word.casefold()):
+        return FUZZY
+    return NO_MATCH
+
+
+def match_matrix(question: str, words: Sequence[str], max_words: int) -> tuple[np.ndarray, list[int]]:
+    """Match codes uint8 [J, W] of the first `max_words` content words of `question` against the
+    page's words, and the whitespace-word index of each of those J content words."""
+    content = question_content_words(question)[:max_words]
+    codes = np.zeros((len(content), len(words)), dtype=np.uint8)
+    if not content or not len(words):
+        return codes, [i for i, _ in content]
+    folded = {}
+    for w_idx, raw in enumerate(words):
+        folded.setdefault(normalise(raw).casefold(), []).append(w_idx)
+    for j, (_, q) in enumerate(content):
+        qf = q.casefold()
+        for w_idx in folded.get(qf, ()):                      # exact or case-folded
+            codes[j, w_idx] = match_code(q, words[w_idx])
+        if len(q) >= FUZZY_MIN_LENGTH:
+            for key, idxs in folded.items():
+                if key != qf and len(key) >= FUZZY_MIN_LENGTH and within_one_edit(key, qf):
+                    codes[j, idxs] = FUZZY
+    return codes, [i for i, _ in content]
+
+
+@lru_cache(maxsize=4096)
+def _bpe_length(word: str) -> int:
+    from open_clip.tokenizer import _tokenizer
+
+    return len(_tokenizer.encode(word))
+
+
+def clip_word_positions(question: str, word_indices: Sequence[int], context_length: int) -> list[int]:
+    """Position of the first CLIP BPE token of each whitespace word `word_indices` of `question`
+    in `open_clip.tokenize(question)` (position 0 is the start-of-text token); -1 when the word
+    was cut by the context length. open_clip BPE-encodes whitespace-separated pieces
+    independently, so the positions add up word by word."""
+    starts, pos = [], 1
+    for raw in question.split():
+        starts.append(pos)
+        pos += _bpe_length(raw)
+    last = context_length - 2            # the final slot holds the end-of-text token
+    return [starts[i] if starts[i] <= last else -1 for i in word_indices]

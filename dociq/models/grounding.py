@@ -1,0 +1,187 @@
+"""Word-level grounding: which OCR words answer this prompt, drawn onto the page.
+
+The mask decoder sees the page through a stride-16 embedding; a reading question ("which
+paragraph mentions “Lawyer”?") names one word among hundreds, and at 16 px a cell holds parts
+of several. `WordGrounding` lets the prompt reach the OCR words at word resolution:
+
+1. every OCR token (the fusion trunk's text stream, one row per token, with its box) is tagged
+   with its lexical match against the question's content words (`prompt_match`, see
+   dociq.data.lexical): the match grade's embedding plus the question tower's feature at the
+   matched word, so a token knows *which* question word it matches, not only that it does;
+2. a small transformer runs per prompt over the page's tokens: self-attention with 2-D Fourier
+   features of the boxes (a word can see that a matched key sits on its row, a matched
+   header above its column), cross-attention to the question tokens;
+3. each word gets a relevance logit (trained by a word-level loss: is the word inside the
+   target mask?) and a feature vector; both are rasterised onto the word boxes by area
+   coverage, giving a per-prompt dense map at stride 16 (added to the decoder's dense prompt
+   embedding, SAM's slot for mask prompts) and one at stride 4 (added to the decoder's
+   upscaled features just before the hypernetwork product, so masks can follow word edges).
+
+Prompts without a question (points / box only) get zero maps: the decoder then behaves as SAM.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dociq.data.lexical import NUM_MATCH_CODES
+from dociq.data.schema import LAYOUT_SCALE
+from dociq.models.common import resolve_size
+from dociq.models.fusion import MLP, Attention
+
+GROUNDING_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8),
+    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16),
+}
+
+
+def box_coverage(boxes: Tensor, height: int, width: int) -> Tensor:
+    """Fraction of each cell of an `height` x `width` grid over the page that each box covers.
+
+    boxes long/float [B, T, 4] in 0..LAYOUT_SCALE of the (square) input frame -> [B, T, h*w].
+    Separable: the x-overlap of the box with each column times the y-overlap with each row."""
+    b = boxes.float() / LAYOUT_SCALE
+    cols = torch.arange(width, device=boxes.device, dtype=b.dtype)
+    rows = torch.arange(height, device=boxes.device, dtype=b.dtype)
+    x0, x1 = b[..., 0:1] * width, b[..., 2:3] * width
+    y0, y1 = b[..., 1:2] * height, b[..., 3:4] * height
+    ox = (torch.minimum(x1, cols + 1) - torch.maximum(x0, cols)).clamp(min=0)   # [B, T, w]
+    oy = (torch.minimum(y1, rows + 1) - torch.maximum(y0, rows)).clamp(min=0)   # [B, T, h]
+    return (oy[..., :, None] * ox[..., None, :]).flatten(-2)
+
+
+def first_subtokens(word_index: Tensor) -> Tensor:
+    """bool [B, T]: the first WordPiece token of each OCR word (one row per word is rasterised)."""
+    previous = F.pad(word_index[:, :-1], (1, 0), value=-1)
+    return (word_index >= 0) & (word_index != previous)
+
+
+def rasterise(features: Tensor, coverage: Tensor, grid: tuple[int, int]) -> Tensor:
+    """Per-prompt token features [B*Q, T, C] painted with per-page coverage [B, T, h*w] ->
+    [B*Q, C, h, w]: each cell gets the coverage-weighted sum of the tokens over it."""
+    n, t, c = features.shape
+    b = coverage.shape[0]
+    q = n // b
+    per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b, t, q * c)
+    painted = coverage.transpose(1, 2) @ per_page                       # [B, h*w, Q*C]
+    return painted.view(b, -1, q, c).permute(0, 2, 3, 1).reshape(n, c, *grid)
+
+
+class BoxFourierFeatures(nn.Module):
+    """Box centre (sin/cos at octave frequencies) and size -> `dim`. Dot products of these
+    features are smooth functions of centre differences: "same row", "same column"."""
+
+    def __init__(self, dim: int, num_frequencies: int = 8) -> None:
+        super().__init__()
+        self.register_buffer("freqs", math.pi * 2.0 ** torch.arange(num_frequencies).float(), persistent=False)
+        self.proj = nn.Linear(4 * num_frequencies + 2, dim)
+
+    def forward(self, boxes: Tensor) -> Tensor:
+        b = boxes.float() / LAYOUT_SCALE
+        centre = torch.stack([(b[..., 0] + b[..., 2]) / 2, (b[..., 1] + b[..., 3]) / 2], dim=-1)
+        size = torch.stack([b[..., 2] - b[..., 0], b[..., 3] - b[..., 1]], dim=-1)
+        angles = (centre[..., None] * self.freqs).flatten(-2)            # [B, T, 2F]
+        return self.proj(torch.cat([angles.sin(), angles.cos(), size], dim=-1))
+
+
+class GroundingBlock(nn.Module):
+    """Pre-norm: self-attention over the page's tokens (positions on q/k), cross-attention to
+    the question tokens, MLP."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float) -> None:
+        super().__init__()
+        self.norm_self, self.norm_cross, self.norm_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.self_attn = Attention(dim, num_heads)
+        self.cross_attn = Attention(dim, num_heads)
+        self.mlp = MLP(dim, mlp_ratio)
+
+    def forward(self, x: Tensor, pos: Tensor, key_mask: Tensor, question: Tensor) -> Tensor:
+        h = self.norm_self(x) + pos
+        x = x + self.self_attn(h, h, key_mask)
+        x = x + self.cross_attn(self.norm_cross(x) + pos, question)
+        return x + self.mlp(self.norm_mlp(x))
+
+
+@dataclass
+class Grounding:
+    relevance: Tensor          # [N, T] logit: this token's word lies in the answer
+    dense: Tensor              # [N, C, h, w] stride-16 map (zero for prompts without a question)
+    high_res: Tensor           # [N, C/8, 4h, 4w] stride-4 map (likewise)
+    coverage_high_res: Tensor  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens only)
+    words: Tensor              # bool [B, T] the rasterised tokens (first sub-token of each word)
+
+
+class WordGrounding(nn.Module):
+    def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
+                 mlp_ratio: float = 2.0, num_frequencies: int = 8) -> None:
+        """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
+        tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features."""
+        super().__init__()
+        self.dim, self.high_res_dim = dim, high_res_dim
+        self.text_in = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, dim))
+        self.word_role = nn.Linear(dim, dim)            # question tower feature of the matched word
+        self.match_embed = nn.Embedding(NUM_MATCH_CODES, dim)   # summed over matched question words
+        self.best_match_embed = nn.Embedding(NUM_MATCH_CODES, dim)
+        self.pos = BoxFourierFeatures(dim, num_frequencies)
+        self.blocks = nn.ModuleList(GroundingBlock(dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.norm_out = nn.LayerNorm(dim)
+        self.relevance_head = nn.Linear(dim, 1)
+        self.to_dense = nn.Linear(dim + 1, dim)
+        self.to_high_res = nn.Linear(dim + 1, high_res_dim)
+
+    @classmethod
+    def from_size(cls, size: str, **overrides: Any) -> "WordGrounding":
+        return cls(**resolve_size("WordGrounding", GROUNDING_SIZES, size, overrides, cls))
+
+    def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
+                question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
+                grid: tuple[int, int]) -> Grounding:
+        """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
+        (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
+        [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
+        [N,J] (CLIP position of content word j, -1 none), has_question bool [N]. grid: the
+        stride-16 (h, w) of the decoder's image embedding."""
+        b, t, _ = text_tokens.shape
+        n = question_tokens.shape[0]
+        if n % b:
+            raise ValueError(f"WordGrounding: {n} prompts for {b} pages; prompts are flattened B*Q")
+        q = n // b
+        x = self.text_in(text_tokens).repeat_interleave(q, dim=0)                 # [N, T, C]
+        x = x + self._match_features(question_tokens, match, word_pos)
+        pos = self.pos(boxes).repeat_interleave(q, dim=0)
+        key_mask = token_mask.bool().repeat_interleave(q, dim=0)
+        x = x + pos
+        for block in self.blocks:
+            x = block(x, pos, key_mask, question_tokens)
+        x = self.norm_out(x)
+        relevance = self.relevance_head(x)                                           # [N, T, 1]
+        feats = torch.cat([x, relevance], dim=-1)
+        words = first_subtokens(word_index) & token_mask.bool()
+        gate = has_question.to(x.dtype)[:, None, None, None]
+        h, w = grid
+        cov16 = box_coverage(boxes, h, w) * words[..., None]
+        cov4 = box_coverage(boxes, 4 * h, 4 * w) * words[..., None]
+        dense = rasterise(self.to_dense(feats), cov16, (h, w)) * gate
+        high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w)) * gate
+        return Grounding(relevance[..., 0], dense, high_res, cov4, words)
+
+    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor) -> Tensor:
+        """Per token: sum over the question words it matches of (role of that word + grade
+        embedding), plus the embedding of its best grade. -> [N, T, C]"""
+        n, j, t = match.shape
+        codes = match.long()
+        valid = (word_pos >= 0).to(question_tokens.dtype)                           # [N, J]
+        index = (word_pos.clamp(min=0) + 1).clamp(max=question_tokens.shape[1] - 1)  # +1: pooled token first
+        word_feats = question_tokens.gather(1, index[..., None].expand(-1, -1, question_tokens.shape[-1]))
+        role = self.word_role(word_feats) * valid[..., None]                        # [N, J, C]
+        on = (codes > 0).to(role.dtype)
+        out = torch.einsum("njt,njc->ntc", on, role)
+        grades = F.one_hot(codes, NUM_MATCH_CODES).to(role.dtype).sum(1)[..., 1:]   # [N, T, 3]
+        out = out + grades @ self.match_embed.weight[1:]
+        return out + self.best_match_embed(codes.max(dim=1).values if j else torch.zeros(n, t, dtype=torch.long,
+                                                                                          device=match.device))

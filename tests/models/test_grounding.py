@@ -1,0 +1,114 @@
+"""Word grounding: box coverage, rasterisation, match features, gating and the word loss."""
+import pytest
+import torch
+
+from dociq.data.lexical import CASEFOLD, EXACT
+from dociq.models.grounding import WordGrounding, box_coverage, first_subtokens, rasterise
+from dociq.tasks.segment import word_relevance_loss
+
+
+def test_box_coverage_is_the_covered_fraction_of_each_cell():
+    # a 4x4 grid over the page: cells of 250 layout units
+    boxes = torch.tensor([[[0, 0, 250, 250],          # exactly cell (0, 0)
+                           [125, 500, 375, 625],      # half of (2,0)+(2,1) wide, half a cell high
+                           [0, 0, 1000, 1000]]])      # the whole page
+    cov = box_coverage(boxes, 4, 4).view(1, 3, 4, 4)
+    expect0 = torch.zeros(4, 4)
+    expect0[0, 0] = 1
+    torch.testing.assert_close(cov[0, 0], expect0)
+    expect1 = torch.zeros(4, 4)
+    expect1[2, 0] = expect1[2, 1] = 0.25
+    torch.testing.assert_close(cov[0, 1], expect1)
+    torch.testing.assert_close(cov[0, 2], torch.ones(4, 4))
+    # total coverage = box area in cells, at any resolution
+    for side in (4, 16, 64):
+        area = box_coverage(boxes, side, side).sum(-1) / side ** 2
+        torch.testing.assert_close(area[0], torch.tensor([1 / 16, 1 / 32, 1.0]))
+
+
+def test_rasterise_equals_a_per_cell_sum():
+    torch.manual_seed(0)
+    b, q, t, c, h, w = 2, 3, 5, 4, 4, 4
+    feats = torch.randn(b * q, t, c)
+    cov = torch.rand(b, t, h * w)
+    out = rasterise(feats, cov, (h, w))
+    assert out.shape == (b * q, c, h, w)
+    for n in range(b * q):
+        page = n // q
+        naive = torch.einsum("tc,ts->cs", feats[n], cov[page]).view(c, h, w)
+        torch.testing.assert_close(out[n], naive)
+
+
+def test_first_subtokens_pick_one_row_per_word():
+    word_index = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, -1, -1]])
+    assert first_subtokens(word_index).tolist() == [[False, True, False, True, True, False, False, False, False]]
+
+
+def _inputs(n_pages=2, q=2, t=6, text_dim=16, dim=32, j=3, length=8):
+    torch.manual_seed(0)
+    text = torch.randn(n_pages, t, text_dim)
+    boxes = torch.tensor([[i * 150, 100, i * 150 + 120, 160] for i in range(t)]).expand(n_pages, t, 4).clone()
+    mask = torch.ones(n_pages, t, dtype=torch.bool)
+    word_index = torch.arange(t).expand(n_pages, t).clone()
+    question = torch.randn(n_pages * q, 1 + length, dim)
+    match = torch.zeros(n_pages * q, j, t, dtype=torch.uint8)
+    word_pos = torch.full((n_pages * q, j), -1)
+    return text, boxes, mask, word_index, question, match, word_pos
+
+
+def test_outputs_have_the_decoder_shapes_and_no_question_means_no_map():
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4)
+    text, boxes, mask, word_index, question, match, word_pos = _inputs()
+    has_q = torch.tensor([True, False, True, True])
+    out = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4))
+    assert out.relevance.shape == (4, 6)
+    assert out.dense.shape == (4, 32, 4, 4) and out.high_res.shape == (4, 4, 16, 16)
+    assert out.dense[1].abs().sum() == 0 and out.high_res[1].abs().sum() == 0   # a box/click-only prompt
+    assert out.dense[0].abs().sum() > 0
+    # maps are zero where no word lies (row 0 of the 4x4 grid: boxes span y 100..160 of 1000)
+    assert out.dense[0, :, 0].abs().sum() > 0 and out.dense[0, :, 2:].abs().sum() == 0
+
+
+def test_a_matched_word_changes_its_own_relevance_and_knows_which_question_word():
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0)   # no mixing: per-token effect only
+    text, boxes, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=1)
+    has_q = torch.ones(1, dtype=torch.bool)
+    base = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
+    word_pos[0, 0], word_pos[0, 1] = 2, 5
+    match1 = match.clone()
+    match1[0, 0, 3] = EXACT                                   # token 3 matches question word 0
+    r1 = g(text, boxes, mask, word_index, question, match1, word_pos, has_q, (4, 4)).relevance
+    changed = (r1 - base).abs() > 1e-6
+    assert changed.tolist() == [[False, False, False, True, False, False]]
+    match2 = match.clone()
+    match2[0, 1, 3] = EXACT                                   # same grade, another question word
+    r2 = g(text, boxes, mask, word_index, question, match2, word_pos, has_q, (4, 4)).relevance
+    assert not torch.allclose(r1[0, 3], r2[0, 3])
+    match3 = match.clone()
+    match3[0, 0, 3] = CASEFOLD                                # same word, another grade
+    r3 = g(text, boxes, mask, word_index, question, match3, word_pos, has_q, (4, 4)).relevance
+    assert not torch.allclose(r1[0, 3], r3[0, 3])
+
+
+def test_word_loss_labels_words_inside_the_target_and_trains_relevance():
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4)
+    text, boxes, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=2)
+    has_q = torch.ones(2, dtype=torch.bool)
+    targets = torch.zeros(2, 64, 64)
+    targets[0, :, :16] = 1        # x < 250 of 1000: words 0 (0..120) and 1 (150..270, 100/120 inside)
+    targets[1, :, 32:] = 1        # x >= 500: words 4, 5 and 2/3 of word 3 (450..570)
+    prompts = torch.tensor([True, True])
+    opt = torch.optim.Adam(g.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(40):
+        out = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (16, 16))
+        loss = word_relevance_loss(out, targets, prompts)
+        opt.zero_grad()
+        loss.loss.backward()
+        opt.step()
+        losses.append(loss.loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert loss.accuracy.item() == pytest.approx(1.0)
+    # no prompt scored: zero loss that still back-propagates
+    none = word_relevance_loss(out, targets, torch.tensor([False, False]))
+    assert none.loss.item() == 0.0 and none.loss.requires_grad
