@@ -46,6 +46,7 @@ class Predictor:
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
         self.max_question_words = int(max_question_words)
+        self.use_lexical_match = True
         self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer)
         question_encoder = model.prompt_encoder.question_encoder
         self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
@@ -68,8 +69,10 @@ class Predictor:
         if result.missing_keys:
             raise KeyError(f"{path} lacks {len(result.missing_keys)} weights of the segmentation model "
                            f"(e.g. {result.missing_keys[:3]}): is it a stage=finetune checkpoint?")
-        return cls(model, int(hparams["model"]["image_size"]), use_ocr=bool(hparams.get("ocr", True)),
-                   device=device)
+        predictor = cls(model, int(hparams["model"]["image_size"]), use_ocr=bool(hparams.get("ocr", True)),
+                        device=device)
+        predictor.use_lexical_match = bool(hparams.get("lexical_match", True))   # as the model was trained
+        return predictor
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -176,6 +179,8 @@ class Predictor:
             match, word_pos = lexical_match([page_words if self.use_ocr else []], [texts],
                                             batch["ocr_word_index"].cpu(), self.max_question_words,
                                             self.question_tokenizer.context_length)
+            if not self.use_lexical_match:
+                match = torch.zeros_like(match)
             has_question = (question_ids != 0).any(1).to(self.device)
             grounding = self.model.ground(page, question_tokens, match[0].to(self.device),
                                           word_pos[0].to(self.device), has_question)

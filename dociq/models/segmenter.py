@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from dociq.models.common import LayerNorm2d
 from dociq.models.dociq import DocumentModel
-from dociq.models.grounding import Grounding, WordGrounding
+from dociq.models.grounding import BoxMaps, Grounding, WordGrounding
+from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
 
@@ -48,8 +49,9 @@ class SegmentationModel(DocumentModel):
 
     def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
                  prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder,
-                 grounding: WordGrounding | None = None) -> None:
+                 grounding: WordGrounding | None = None, box_maps: BoxMaps | None = None) -> None:
         super().__init__(image_encoder, text_encoder, fusion)
+        self.box_maps = box_maps
         self.neck = neck
         self.prompt_encoder = prompt_encoder
         self.mask_decoder = mask_decoder
@@ -84,7 +86,10 @@ class SegmentationModel(DocumentModel):
             grounding = WordGrounding.from_size(size, text_dim=doc.dim, dim=prompt_encoder.embed_dim,
                                                 high_res_dim=mask_decoder.transformer_dim // 8,
                                                 **dict(grounding_cfg or {}))
-        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding)
+        box_maps = BoxMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
+            if model.get("box_maps", True) else None
+        return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding,
+                   box_maps)
 
     def embed_page(self, batch: Mapping[str, Any]) -> "PageEmbedding":
         """Page (+ OCR) -> the decoder's image embedding, the skip maps and the fused OCR tokens:
@@ -138,8 +143,26 @@ class SegmentationModel(DocumentModel):
         if grounding is not None:
             dense = dense + grounding.dense
             high_res_prompt = grounding.high_res
+        if self.box_maps is not None and points is not None:
+            coords, labels = points
+            has_box = (labels == BOX_TOP_LEFT).any(1) & (labels == BOX_BOTTOM_RIGHT).any(1)
+            if bool(has_box.any()):
+                top_left = self._corner(coords, labels, BOX_TOP_LEFT)
+                bottom_right = self._corner(coords, labels, BOX_BOTTOM_RIGHT)
+                box_dense, box_high_res = self.box_maps(torch.cat([top_left, bottom_right], dim=1), has_box,
+                                                        self.prompt_encoder.input_image_size[0],
+                                                        tuple(embedding.shape[-2:]))
+                dense = dense + box_dense
+                high_res_prompt = box_high_res if high_res_prompt is None else high_res_prompt + box_high_res
         return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
                                                dense, high_res, high_res_prompt=high_res_prompt)
+
+
+    @staticmethod
+    def _corner(coords: Tensor, labels: Tensor, label: int) -> Tensor:
+        """[N, 2] the point with `label` per prompt (zeros where there is none)."""
+        pick = (labels == label).to(coords.dtype)[..., None]
+        return (coords * pick).sum(1) / pick.sum(1).clamp(min=1)
 
 
 @dataclass

@@ -50,7 +50,7 @@ PROMPT_KINDS = ("question", "box", "point")
 # "background everywhere"), IoU-head MSE, and the word-grounding BCE.
 DEFAULT_LOSS = {"focal": 1.0, "dice": 1.0, "iou": 1.0, "word": 1.0}
 FREEZABLE = ("image_encoder", "text_encoder", "fusion")
-HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding")
+HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps")
 
 
 # ---- the task ----------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ class SegmentTask(DociqTask):
                  rounds: int = 2, box_noise: float = 0.1,
                  loss: Mapping[str, float] | None = None,
                  freeze: Mapping[str, bool] | None = None,
-                 ocr: bool = True, loss_size: int | None = None,
+                 ocr: bool = True, loss_size: int | None = None, lexical_match: bool = True,
                  optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -72,6 +72,7 @@ class SegmentTask(DociqTask):
         if int(rounds) < 1:
             raise ValueError(f"task.rounds must be >= 1, got {rounds}")
         self.rounds, self.box_noise, self.use_ocr = int(rounds), float(box_noise), bool(ocr)
+        self.use_lexical_match = bool(lexical_match)
         if loss_size is not None and int(loss_size) < 1:
             raise ValueError(f"task.loss_size must be a positive side length or null, got {loss_size}")
         self.loss_size = None if loss_size is None else int(loss_size)
@@ -253,6 +254,8 @@ class SegmentTask(DociqTask):
         question_tokens = self.model.encode_questions(question_ids) if question_ids is not None else None
         has_question = (question_ids != 0).any(1) if question_ids is not None else torch.zeros_like(valid)
         match, word_pos = batch.get("prompt_match"), batch.get("prompt_word_pos")
+        if match is not None and not self.use_lexical_match:   # ablation: the words, but no match feature
+            match = torch.zeros_like(match)
         grounding = self.model.ground(page, question_tokens,
                                       None if match is None else match.flatten(0, 1),
                                       None if word_pos is None else word_pos.flatten(0, 1), has_question)

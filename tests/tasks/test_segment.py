@@ -200,7 +200,7 @@ def test_init_from_checkpoint_loads_weights_and_reports_keys(tmp_path, capsys, s
     report = task.init_report["model"]
     assert report["unexpected"] == ["mlm_head.bias"]
     assert report["missing"] == []
-    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding"}
+    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps"}
     assert "1 unexpected" in capsys.readouterr().out
 
     # a finetune checkpoint restores everything, heads included
