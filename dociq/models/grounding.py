@@ -35,9 +35,22 @@ from dociq.models.common import resolve_size
 from dociq.models.fusion import MLP, Attention
 
 GROUNDING_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8),
-    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16),
+    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True),
+    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16, alignment=True),
 }
+
+
+def row_column_overlap(boxes: Tensor) -> tuple[Tensor, Tensor]:
+    """How much two tokens share a text line and a column: the overlap of their y- (x-) extents
+    over the smaller extent, [B, T, T] each in 0..1, zero on the diagonal (a word is not its own
+    neighbour)."""
+    b = boxes.float()
+    def overlap(lo: Tensor, hi: Tensor) -> Tensor:
+        inter = (torch.minimum(hi[..., :, None], hi[..., None, :]) - torch.maximum(lo[..., :, None], lo[..., None, :]))
+        size = (hi - lo).clamp(min=1.0)
+        out = inter.clamp(min=0) / torch.minimum(size[..., :, None], size[..., None, :])
+        return out * (1 - torch.eye(out.shape[-1], device=out.device, dtype=out.dtype))
+    return overlap(b[..., 1], b[..., 3]), overlap(b[..., 0], b[..., 2])
 
 
 def box_coverage(boxes: Tensor, height: int, width: int) -> Tensor:
@@ -118,10 +131,16 @@ class Grounding:
 
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
-                 mlp_ratio: float = 2.0, num_frequencies: int = 8) -> None:
+                 mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
-        tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features."""
+        tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
+        alignment: also tell each token which question words are matched on its text line and in
+        its column (a table cell is where the row key's line crosses the header's column)."""
         super().__init__()
+        self.alignment = alignment
+        if alignment:
+            self.row_role = nn.Linear(dim, dim)
+            self.column_role = nn.Linear(dim, dim)
         self.dim, self.high_res_dim = dim, high_res_dim
         self.text_in = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, dim))
         self.word_role = nn.Linear(dim, dim)            # question tower feature of the matched word
@@ -152,7 +171,7 @@ class WordGrounding(nn.Module):
             raise ValueError(f"WordGrounding: {n} prompts for {b} pages; prompts are flattened B*Q")
         q = n // b
         x = self.text_in(text_tokens).repeat_interleave(q, dim=0)                 # [N, T, C]
-        x = x + self._match_features(question_tokens, match, word_pos)
+        x = x + self._match_features(question_tokens, match, word_pos, boxes)
         pos = self.pos(boxes).repeat_interleave(q, dim=0)
         key_mask = token_mask.bool().repeat_interleave(q, dim=0)
         x = x + pos
@@ -170,9 +189,10 @@ class WordGrounding(nn.Module):
         high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w)) * gate
         return Grounding(relevance[..., 0], dense, high_res, cov4, words)
 
-    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor) -> Tensor:
+    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor) -> Tensor:
         """Per token: sum over the question words it matches of (role of that word + grade
-        embedding), plus the embedding of its best grade. -> [N, T, C]"""
+        embedding), plus the embedding of its best grade; with `alignment`, plus the roles of the
+        question words matched on its line and in its column. -> [N, T, C]"""
         n, j, t = match.shape
         codes = match.long()
         valid = (word_pos >= 0).to(question_tokens.dtype)                           # [N, J]
@@ -183,6 +203,16 @@ class WordGrounding(nn.Module):
         out = torch.einsum("njt,njc->ntc", on, role)
         grades = F.one_hot(codes, NUM_MATCH_CODES).to(role.dtype).sum(1)[..., 1:]   # [N, T, 3]
         out = out + grades @ self.match_embed.weight[1:]
+        if self.alignment:
+            row, column = row_column_overlap(boxes)                                  # [B, T, T]
+            b = boxes.shape[0]
+            on_pages = on.view(b, n // b, j, 1, t)
+            with torch.no_grad():   # geometry of the inputs: no parameters inside
+                in_row = (on_pages * row[:, None, None]).amax(-1).view(n, j, t)      # [N, J, T]
+                in_column = (on_pages * column[:, None, None]).amax(-1).view(n, j, t)
+            valid_j = valid[..., None]
+            out = out + torch.einsum("njt,njc->ntc", in_row * valid_j, self.row_role(word_feats)) \
+                + torch.einsum("njt,njc->ntc", in_column * valid_j, self.column_role(word_feats))
         return out + self.best_match_embed(codes.max(dim=1).values if j else torch.zeros(n, t, dtype=torch.long,
                                                                                           device=match.device))
 

@@ -70,7 +70,8 @@ def test_outputs_have_the_decoder_shapes_and_no_question_means_no_map():
 
 
 def test_a_matched_word_changes_its_own_relevance_and_knows_which_question_word():
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0)   # no mixing: per-token effect only
+    # no mixing between tokens (no blocks, no line/column alignment): the effect stays on the token
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False)
     text, boxes, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=1)
     has_q = torch.ones(1, dtype=torch.bool)
     base = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
@@ -112,3 +113,67 @@ def test_word_loss_labels_words_inside_the_target_and_trains_relevance():
     # no prompt scored: zero loss that still back-propagates
     none = word_relevance_loss(out, targets, torch.tensor([False, False]))
     assert none.loss.item() == 0.0 and none.loss.requires_grad
+
+
+def test_box_maps_paint_inside_the_box_only_and_skip_prompts_without_one():
+    from dociq.models.grounding import BoxMaps
+
+    maps = BoxMaps(dim=8, high_res_dim=2)
+    boxes = torch.tensor([[0.0, 0.0, 128.0, 64.0], [10.0, 10.0, 20.0, 20.0]])   # pixels of a 256-px frame
+    dense, high_res = maps(boxes, torch.tensor([True, False]), 256, (4, 4))
+    assert dense.shape == (2, 8, 4, 4) and high_res.shape == (2, 2, 16, 16)
+    inside = torch.zeros(4, 4, dtype=torch.bool)
+    inside[:1, :2] = True                                  # 0..128 x 0..64 px = columns 0-1, row 0
+    assert (dense[0][:, inside] != 0).all() and (dense[0][:, ~inside] == 0).all()
+    torch.testing.assert_close(dense[0][:, 0, 0], maps.dense)
+    assert dense[1].abs().sum() == 0 and high_res[1].abs().sum() == 0
+
+
+def test_a_box_prompt_reaches_the_decoder_through_the_maps():
+    from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_POINT
+    from dociq.models.segmenter import SegmentationModel
+
+    torch.manual_seed(0)
+    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                                           "fusion": {"depth": 1}}).eval()
+    emb = torch.randn(1, 64, 8, 8)
+    high = [torch.randn(1, model.image_encoder.stage_dims[0], 32, 32),
+            torch.randn(1, model.image_encoder.stage_dims[1], 16, 16)]
+    coords = torch.tensor([[[0.0, 0.0], [8.0, 8.0], [60.0, 40.0]]])
+    labels = torch.tensor([[NOT_A_POINT, BOX_TOP_LEFT, BOX_BOTTOM_RIGHT]])
+    with torch.no_grad():
+        with_maps, _ = model.decode(emb, high, None, (coords, labels), None)
+        model.box_maps.high_res.zero_()
+        model.box_maps.dense.zero_()
+        without, _ = model.decode(emb, high, None, (coords, labels), None)
+    assert not torch.allclose(with_maps, without)
+
+
+def test_row_and_column_overlap():
+    from dociq.models.grounding import row_column_overlap
+
+    boxes = torch.tensor([[[0, 0, 100, 20],        # a header, top left
+                           [200, 5, 300, 25],      # same line, another column
+                           [10, 50, 90, 70]]])     # below the header, same column
+    row, column = row_column_overlap(boxes)
+    assert row[0, 0, 1].item() == pytest.approx(15 / 20) and row[0, 0, 2] == 0
+    assert column[0, 0, 2].item() == pytest.approx(1.0) and column[0, 0, 1] == 0
+    assert (row[0].diagonal() == 0).all() and torch.equal(row, row.transpose(1, 2))
+
+
+def test_alignment_tells_a_cell_which_matched_words_share_its_row_and_column():
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0)
+    text, _, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=1, t=4)
+    # a 2x2 table: header "price" (token 0) above the answer (token 3); row key (token 2) left of it
+    boxes = torch.tensor([[[500, 100, 600, 120], [100, 100, 200, 120], [100, 300, 200, 320], [500, 300, 600, 320]]])
+    has_q = torch.ones(1, dtype=torch.bool)
+    word_pos[0, 0], word_pos[0, 1] = 4, 6
+    base = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
+    match[0, 0, 0] = EXACT          # question word 0 (the column header) matches token 0
+    match[0, 1, 2] = EXACT          # question word 1 (the row key) matches token 2
+    r = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
+    changed = ((r - base).abs() > 1e-6)[0].tolist()
+    assert changed == [True, True, True, True]   # token 1 shares the header's line, token 3 both
+    g.alignment = False
+    r_no = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
+    assert ((r_no - base).abs() > 1e-6)[0].tolist() == [True, False, True, False]
