@@ -5,20 +5,10 @@ import pytest
 import torch
 
 from dociq.evaluate import PROMPT_SETS, evaluate, load_task, main
-from dociq.tasks.segment import SegmentTask
-
-MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
-         "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
-         "mask_decoder": {}}
-
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    task = SegmentTask(model=MODEL)
-    path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
-    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
-    return path
+def checkpoint(finetune_checkpoint):
+    return finetune_checkpoint[0]
 
 
 def test_loaded_task_has_the_checkpoint_weights(checkpoint):

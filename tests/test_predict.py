@@ -5,21 +5,10 @@ import torch
 
 from dociq.data.schema import Page
 from dociq.predict import Predictor, main, overlay
-from dociq.tasks.segment import SegmentTask
-
-MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
-         "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
-         "mask_decoder": {}}
-
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A checkpoint as Lightning writes it: state_dict + the task's hyper-parameters."""
-    torch.manual_seed(0)
-    task = SegmentTask(model=MODEL)
-    path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
-    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
-    return path, task
+def checkpoint(finetune_checkpoint):
+    return finetune_checkpoint
 
 
 @pytest.fixture(scope="module")

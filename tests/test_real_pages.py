@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from dociq.data.ocr import PdfTextLayer
-from dociq.tasks.segment import SegmentTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 try:
@@ -19,9 +17,6 @@ try:
 finally:
     sys.path.pop(0)
 
-MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
-         "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
-         "mask_decoder": {}}
 # (font size, x, baseline y, text) per page, in PDF points; "drawing" and "documents" repeat on
 # page 1, so they must never be the named word there.
 PAGES = [
@@ -59,12 +54,9 @@ def pdf_bytes(pages=PAGES, width=595, height=842) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(tmp_path_factory, finetune_checkpoint):
     root = tmp_path_factory.mktemp("real_pages")
-    torch.manual_seed(0)
-    task = SegmentTask(model=MODEL)
-    ckpt = root / "finetune.ckpt"
-    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, ckpt)
+    ckpt = finetune_checkpoint[0]
     pdf = root / "manual.pdf"
     pdf.write_bytes(pdf_bytes())
     return ckpt, pdf
