@@ -7,14 +7,19 @@ training, which no training page shares) is prompted, one round, three ways:
 - `question`: the question only (what a user types);
 - `box`: the target's tight box only (SAM's box prompt);
 - `question_no_ocr`: the question only, with the page's OCR words removed from the model's input
-  (the same weights: how much of the answer comes from reading).
+  (the same weights: how much of the answer comes from reading);
+- `box_region`: the box of one annotated region (up to `max_questions` per page, drawn with a fixed
+  seed), target that region's mask — SAM's box prompt, one object per box. (`box` uses the
+  question targets, and a plural layout question's target is several regions inside one box.)
 mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
 printed table; counts per kind are reported next to it.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -22,13 +27,14 @@ from typing import Sequence
 import torch
 
 from dociq.data.collate import DocumentCollator
+from dociq.data.schema import QUESTION_KINDS, Page, Question
 from dociq.data.synthetic import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.tasks.segment import SegmentTask
 from dociq.tasks.segment_metrics import SegmentationMetrics
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
-               "question_no_ocr": (("question",), False)}
+               "question_no_ocr": (("question",), False), "box_region": (("box",), True)}
 VAL_SEED = 1000003
 
 
@@ -56,16 +62,21 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
     data = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
-    metrics = {name: SegmentationMetrics() for name in prompt_sets}
+    metrics = {name: SegmentationMetrics(kinds=("region",) if name == "box_region" else QUESTION_KINDS)
+               for name in prompt_sets}
     use_ocr = task.use_ocr
     try:
         for start in range(0, pages, batch_size):
-            batch = collate([data[i] for i in range(start, min(pages, start + batch_size))])
-            kinds = [k for page in batch["prompt_kind"] for k in page]
+            page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
+            batch = collate(page_list)
+            region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
+                if "box_region" in prompt_sets else None
             for name in prompt_sets:
                 prompt_kinds, with_ocr = PROMPT_SETS[name]
                 task.use_ocr = use_ocr and with_ocr
-                out = task.run_rounds(batch, 1, kinds=prompt_kinds)
+                b = region_batch if name == "box_region" else batch
+                kinds = [k for page in b["prompt_kind"] for k in page]
+                out = task.run_rounds(b, 1, kinds=prompt_kinds)
                 valid = out["valid"]
                 metrics[name].update(out["masks"][valid] > 0, out["targets"][valid] > 0.5, kinds)
     finally:
@@ -78,8 +89,17 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
     return results
 
 
+def regions_as_prompts(page: Page, count: int, seed: int) -> Page:
+    """The page with up to `count` of its regions (fixed draw per page) as its prompts, kind
+    "region": for box prompts, one object per box."""
+    regions = [r for r in page.regions if r.mask.any()]
+    rng = random.Random(f"{seed}:{page.meta.get('page_id', '')}")
+    chosen = rng.sample(regions, k=min(count, len(regions)))
+    return dataclasses.replace(page, questions=[Question(text=r.label, kind="region", mask=r.mask) for r in chosen])
+
+
 def format_table(results: dict[str, dict]) -> str:
-    kinds = ["layout", "reading", "cell", "link"]
+    kinds = ["layout", "reading", "cell", "link", "region"]
     lines = ["| checkpoint | prompt | mIoU | " + " | ".join(f"mIoU {k}" for k in kinds) + " |",
              "|---|---|---|" + "---|" * len(kinds)]
     for ckpt, sets in results.items():
