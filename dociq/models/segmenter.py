@@ -1,11 +1,19 @@
-"""The promptable segmentation model: document model + neck + prompt encoder + mask decoder.
+"""The promptable segmentation model: document model + neck + prompt encoder + word grounding +
+box maps + mask decoder.
 
 `SegmentationModel` is the nn.Module that `stage=finetune` trains and the Predictor runs. The
 document model (Hiera image encoder + layout text encoder + fusion trunk) encodes the page and its
 OCR words; a small neck turns the fused image tokens (one per 32-px mask unit, conditioned on the
 OCR text) into the decoder's image embedding at stride 16 — the fused grid upsampled x2 plus
 Hiera's stride-16 map, SAM's geometry — and the mask decoder upscales it x4 to stride 4 with
-SAM 2's high-resolution skips from Hiera's stride-8 and stride-4 maps.
+SAM 2's high-resolution skips from Hiera's stride-8 and stride-4 maps. Per prompt, the word
+grounding (`dociq.models.grounding.WordGrounding`) and the box maps (`BoxMaps`) add dense maps at
+stride 16 (to the dense prompt embedding) and stride 4 (to the upscaled features).
+
+    page = model.embed_page(batch)                       # once per page (SAM's set_image)
+    q = model.encode_questions(question_ids)             # once per step
+    g = model.ground(page, q, match, word_pos, has_question)
+    masks, iou = model.decode(page.image, page.high_res, q, points, mask_prompt, g)   # per round
 """
 from __future__ import annotations
 

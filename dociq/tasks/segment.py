@@ -1,25 +1,25 @@
 """`stage=finetune`: promptable document segmentation (question / points / box / mask prompts).
 
-Model (`dociq.models.segmenter.SegmentationModel`, an nn.Module the Predictor uses too): the document model (Hiera image
-encoder + layout text encoder + fusion trunk) encodes the page and its OCR words; a small neck
-turns the fused image tokens (one per 32-px mask unit, conditioned on the OCR text) into the
-decoder's image embedding at stride 16 — the fused grid upsampled x2 plus Hiera's stride-16 map,
-SAM's geometry — and the mask decoder upscales it x4 to stride 4 with SAM 2's high-resolution
-skips from Hiera's stride-8 and stride-4 maps (document regions are thin lines of text). Masks are
-upsampled to the input size for the loss and the metrics.
+Model (`dociq.models.segmenter.SegmentationModel`, an nn.Module the Predictor uses too): the
+document model (Hiera image encoder + layout text encoder + fusion trunk) encodes the page and its
+OCR words once per step; a neck turns the fused image tokens into the decoder's stride-16 image
+embedding; the word grounding (`dociq.models.grounding`) paints, per prompt, which OCR words
+answer the question onto the decoder's stride-16 and stride-4 grids; box prompts are painted
+there too; SAM's mask decoder with SAM 2's high-resolution skips predicts masks at stride 4.
 
-Training step (SAM's recipe):
-- prompts per question: the question always (when the data has one; `prompts.question` < 1 drops
-  some), plus a box and/or a positive point with probabilities `prompts.box` / `prompts.point`,
-  drawn per prompt, so one batch mixes question-only, question+point, box-only, ... prompts. Box
-  corners travel as points with labels 2/3 (SAM 2), which lets every combination share one batch.
+Training step (SAM's recipe, docs/finetune.md):
+- prompts per question: the question with probability `prompts.question`, plus a box and/or a
+  positive point with probabilities `prompts.box` / `prompts.point`, drawn per prompt, so one
+  batch mixes question-only, question+point, box-only, ... prompts. Box corners travel as points
+  with labels 2/3 (SAM 2), which lets every combination share one batch.
 - `rounds` interactive rounds: after each prediction a correction click is drawn from the error
   region of the chosen mask and that mask's logits are fed back as the mask prompt; the loss
-  (focal 20 : dice 1 + IoU MSE, lowest-loss candidate only) is summed over rounds.
+  (focal : dice + IoU MSE, lowest-loss candidate only; `task.loss`) is summed over rounds, plus
+  the word-relevance BCE of the grounding once per step.
 - a prompt that is one click and nothing else is ambiguous: it gets the 3 multimask outputs (the
   lowest-loss one is trained); every other prompt gets the single-mask output (SAM 2's rule).
-Validation uses `val_prompts` (default: the question only), one round, and logs `val/miou`,
-`val/dice` and `val/miou_<kind>` per question kind.
+Validation runs each prompt set of `val_prompts` (default: question only, then box only), one
+round: `val/miou`, `val/dice`, `val/miou_<kind>` for the first, `val/<set>_miou...` for the others.
 """
 from __future__ import annotations
 
