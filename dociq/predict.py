@@ -164,6 +164,13 @@ class Predictor:
         h, w = page_image.shape[:2]
         page_words, page_boxes = self._words(page_image, words, word_boxes, ocr)
         batch = self.collator([Page(image=page_image, words=page_words, word_boxes=page_boxes)])
+        cut = int(batch["ocr_truncated"][0])
+        if cut and self.use_ocr:
+            # Dense real pages exceed the OCR token budget; questions about the words past it
+            # cannot be matched (docs/finetune.md, "Real pages").
+            log.warning("%d of %d OCR words did not fit the model's OCR budget (%d WordPiece tokens) and "
+                        "are not seen: questions about them cannot be answered from the text",
+                        cut, len(page_words), self.collator.ocr_tokenizer.max_length)
         if not self.use_ocr:
             batch = remove_ocr_words(batch)
         batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}

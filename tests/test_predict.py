@@ -86,3 +86,14 @@ def test_overlay_tints_only_masked_pixels():
     mask[0, 0, 0] = True
     out = overlay(image, mask)
     assert out[0, 0].any() and not out[1:, :].any()
+
+
+def test_words_past_the_ocr_budget_are_reported(predictor, caplog):
+    page = np.full((200, 200, 3), 255, np.uint8)
+    words = [f"word{i}" for i in range(400)]              # far more WordPiece tokens than the budget
+    boxes = [[(i % 20) * 10, (i // 20) * 10, (i % 20) * 10 + 9, (i // 20) * 10 + 8] for i in range(400)]
+    with caplog.at_level("WARNING", logger="dociq.predict"):
+        masks, _ = predictor.predict(page, question="where is word399?", words=words, word_boxes=boxes)
+    assert masks.shape == (1, 200, 200)
+    assert any("did not fit the model's OCR budget" in r.message and "of 400 OCR words" in r.message
+               for r in caplog.records)
