@@ -85,6 +85,21 @@ def rasterise(features: Tensor, coverage: Tensor, grid: tuple[int, int]) -> Tens
     return painted.view(b, -1, q, c).permute(0, 2, 3, 1).reshape(n, c, *grid)
 
 
+@torch.no_grad()   # geometry of the inputs: no parameters inside
+def matched_on_line_and_column(matched: Tensor, boxes: Tensor) -> tuple[Tensor, Tensor]:
+    """For prompt n, question word j and token t: the largest line (column) overlap between t and a
+    token that matches word j. matched [N, J, T] (0/1, N = B*Q image-major), boxes [B, T, 4] ->
+    two [N, J, T]. One page at a time, so the [Q, J, T, T] intermediate stays bounded (about
+    100 MB at T = 512)."""
+    n, j, t = matched.shape
+    b = boxes.shape[0]
+    row, column = row_column_overlap(boxes)                                          # [B, T, T]
+    per_page = matched.view(b, n // b, j, 1, t)
+    in_row = torch.stack([(per_page[i] * row[i]).amax(-1) for i in range(b)]).view(n, j, t)
+    in_column = torch.stack([(per_page[i] * column[i]).amax(-1) for i in range(b)]).view(n, j, t)
+    return in_row, in_column
+
+
 class BoxFourierFeatures(nn.Module):
     """Box centre (sin/cos at octave frequencies) and size -> `dim`. Dot products of these
     features are smooth functions of centre differences: "same row", "same column"."""
@@ -204,12 +219,7 @@ class WordGrounding(nn.Module):
         grades = F.one_hot(codes, NUM_MATCH_CODES).to(role.dtype).sum(1)[..., 1:]   # [N, T, 3]
         out = out + grades @ self.match_embed.weight[1:]
         if self.alignment:
-            row, column = row_column_overlap(boxes)                                  # [B, T, T]
-            b = boxes.shape[0]
-            on_pages = on.view(b, n // b, j, 1, t)
-            with torch.no_grad():   # geometry of the inputs: no parameters inside
-                in_row = (on_pages * row[:, None, None]).amax(-1).view(n, j, t)      # [N, J, T]
-                in_column = (on_pages * column[:, None, None]).amax(-1).view(n, j, t)
+            in_row, in_column = matched_on_line_and_column(on, boxes)              # [N, J, T] each
             valid_j = valid[..., None]
             out = out + torch.einsum("njt,njc->ntc", in_row * valid_j, self.row_role(word_feats)) \
                 + torch.einsum("njt,njc->ntc", in_column * valid_j, self.column_role(word_feats))

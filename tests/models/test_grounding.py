@@ -177,3 +177,22 @@ def test_alignment_tells_a_cell_which_matched_words_share_its_row_and_column():
     g.alignment = False
     r_no = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
     assert ((r_no - base).abs() > 1e-6)[0].tolist() == [True, False, True, False]
+
+
+def test_matched_on_line_and_column_equals_a_loop_over_tokens():
+    from dociq.models.grounding import matched_on_line_and_column, row_column_overlap
+
+    torch.manual_seed(0)
+    b, q, j, t = 2, 3, 4, 7
+    xy = torch.randint(0, 900, (b, t, 2))
+    boxes = torch.cat([xy, xy + torch.randint(10, 100, (b, t, 2))], dim=-1)
+    matched = (torch.rand(b * q, j, t) < 0.2).float()
+    in_row, in_column = matched_on_line_and_column(matched, boxes)
+    row, column = row_column_overlap(boxes)
+    for n in range(b * q):
+        for jj in range(j):
+            for tt in range(t):
+                expect_r = max([float(row[n // q, tt, u]) for u in range(t) if matched[n, jj, u]] or [0.0])
+                expect_c = max([float(column[n // q, tt, u]) for u in range(t) if matched[n, jj, u]] or [0.0])
+                assert in_row[n, jj, tt].item() == pytest.approx(expect_r)
+                assert in_column[n, jj, tt].item() == pytest.approx(expect_c)
