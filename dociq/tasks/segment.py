@@ -140,14 +140,28 @@ class SegmentTask(DociqTask):
         if unknown:
             raise KeyError(f"unknown init key(s) {sorted(unknown)}; allowed: image_encoder, text_encoder, from")
         if init.get("from"):
-            self._load_part("model", self.model, _model_state(init["from"]), init["from"],
-                            expected_missing=HEAD_PARTS)
+            state = _model_state(init["from"])
+            self._check_carries_document_model(state, init["from"])
+            self._load_part("model", self.model, state, init["from"], expected_missing=HEAD_PARTS)
         if init.get("image_encoder"):
             self._load_part("image encoder", self.model.image_encoder,
                             load_image_encoder_from_checkpoint(init["image_encoder"]), init["image_encoder"])
         if init.get("text_encoder"):
             self._load_part("text encoder", self.model.text_encoder,
                             load_text_encoder_from_checkpoint(init["text_encoder"]), init["text_encoder"])
+
+    @staticmethod
+    def _check_carries_document_model(state: Mapping[str, Tensor], path: str) -> None:
+        """init.from is for checkpoints that hold the whole document model (pretrain, finetune):
+        one of an encoder-stage checkpoint would leave the other parts random without a word."""
+        absent = [part for part in FREEZABLE if not any(k.startswith(f"{part}.") for k in state)]
+        present = [part for part in FREEZABLE if part not in absent]
+        if absent and present:
+            hint = {"image_encoder": "init.image_encoder=<ckpt> (an ijepa checkpoint)",
+                    "text_encoder": "init.text_encoder=<ckpt> (an mlm or distill checkpoint)"}
+            options = " or ".join(hint[p] for p in present if p in hint) or "init.image_encoder / init.text_encoder"
+            raise ValueError(f"init.from={path} holds {', '.join(present)} but no {', '.join(absent)}: it is not "
+                             f"a stage=pretrain or stage=finetune checkpoint. Load its parts with {options}")
 
     def _load_part(self, what: str, module: nn.Module, state: dict, path: str,
                    expected_missing: Sequence[str] = ()) -> None:

@@ -284,3 +284,15 @@ def test_stage_config_monitors_val_miou():
     # focal 1 : dice 1 (SAM's 20 : 1 learns "background everywhere" at CPU budgets) + word BCE
     assert math.isclose(cfg.task.loss.focal / cfg.task.loss.dice, 1.0) and cfg.task.loss.word > 0
     assert list(cfg.task.val_prompts) == ["question", "box"]
+
+
+def test_init_from_an_encoder_stage_checkpoint_fails_naming_the_right_option(tmp_path, source_model):
+    mlm = tmp_path / "mlm.ckpt"      # an mlm checkpoint keeps only the text encoder
+    torch.save({"state_dict": {f"text_encoder.{k}": v for k, v in source_model.text_encoder.state_dict().items()}}, mlm)
+    with pytest.raises(ValueError, match=r"no image_encoder, fusion.*init\.text_encoder="):
+        make_task(init={"from": str(mlm)})
+    ijepa = tmp_path / "ijepa.ckpt"
+    torch.save({"state_dict": {f"model.image_encoder.{k}": v
+                               for k, v in source_model.image_encoder.state_dict().items()}}, ijepa)
+    with pytest.raises(ValueError, match=r"init\.image_encoder="):
+        make_task(init={"from": str(ijepa)})
