@@ -38,3 +38,32 @@ def finetune_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
     torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
     return path, task
+
+
+def write_text_pdf(pages, width: int, height: int) -> bytes:
+    """A born-digital PDF: one content stream per page of Helvetica text (standard-14, not embedded);
+    `pages` holds, per page, (font size, x, baseline y, text) lines in PDF points."""
+    n = len(pages)
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(n)), n),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    for i, lines in enumerate(pages):
+        content = "".join(f"BT /F1 {s} Tf {x} {y} Td ({t}) Tj ET\n" for s, x, y, t in lines).encode()
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
+                    f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode())
+        objs.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream")
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)
+
+
+@pytest.fixture(scope="session")
+def text_pdf():
+    """`text_pdf(pages, width, height) -> bytes`: a PDF with a real text layer, written here."""
+    return write_text_pdf

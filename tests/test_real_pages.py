@@ -31,34 +31,12 @@ PAGES = [
 ]
 
 
-def pdf_bytes(pages=PAGES, width=595, height=842) -> bytes:
-    """A born-digital PDF: one content stream per page of Helvetica text (standard-14, not embedded)."""
-    n = len(pages)
-    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
-            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(n)), n),
-            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    for i, lines in enumerate(pages):
-        content = "".join(f"BT /F1 {s} Tf {x} {y} Td ({t}) Tj ET\n" for s, x, y, t in lines).encode()
-        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
-                    f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode())
-        objs.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream")
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for i, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    return bytes(out)
-
-
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, finetune_checkpoint):
+def files(tmp_path_factory, finetune_checkpoint, text_pdf):
     root = tmp_path_factory.mktemp("real_pages")
     ckpt = finetune_checkpoint[0]
     pdf = root / "manual.pdf"
-    pdf.write_bytes(pdf_bytes())
+    pdf.write_bytes(text_pdf(PAGES, width=595, height=842))
     return ckpt, pdf
 
 

@@ -15,33 +15,10 @@ PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
 LINES = [(20, 150, "Hello World"), (20, 80, "Invoice 2024")]  # (x, baseline y) in PDF points
 
 
-def minimal_pdf(lines=LINES, width=PAGE_W, height=PAGE_H, font_size=FONT) -> bytes:
-    """A one-page PDF whose text layer holds `lines` in Helvetica (a standard-14 font, not embedded)."""
-    content = "".join(f"BT /F1 {font_size} Tf {x} {y} Td ({t}) Tj ET\n" for x, y, t in lines).encode()
-    objs = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
-        "/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    return bytes(out)
-
-
 @pytest.fixture
-def pdf_path(tmp_path):
+def pdf_path(tmp_path, text_pdf):
     path = tmp_path / "page.pdf"
-    path.write_bytes(minimal_pdf())
+    path.write_bytes(text_pdf([[(FONT, x, y, t) for x, y, t in LINES]], width=PAGE_W, height=PAGE_H))
     return path
 
 
