@@ -134,7 +134,8 @@ class Predictor:
         if questions:
             if self.question_tokenizer is None:
                 raise ValueError("this model has no question tower; prompt it with points or boxes")
-            question_ids = self.question_tokenizer(questions * (q if len(questions) == 1 else 1))
+            questions = questions * (q if len(questions) == 1 else 1)   # one question shared by all prompts
+            question_ids = self.question_tokenizer(questions)
         coords_list, labels_list = [], []
         if pts is not None:
             coords_list.append(np.broadcast_to(pts, (q, *pts.shape[1:])) * scale)
@@ -149,7 +150,7 @@ class Predictor:
             points_t = (coords.to(self.device), labels.to(self.device))
         # a prompt of clicks only (no question, no box) is ambiguous: pick among the 3 candidates
         ambiguous = torch.full((q,), question_ids is None and bxs is None and pts is not None and pts.shape[1] == 1)
-        return q, question_ids, points_t, ambiguous
+        return q, questions, question_ids, points_t, ambiguous
 
     # ---- prediction --------------------------------------------------------------------------
 
@@ -175,14 +176,12 @@ class Predictor:
             batch = remove_ocr_words(batch)
         batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         scale = batch["meta"][0]["scale"]
-        q, question_ids, points, ambiguous = self._prompts(question, points, point_labels, boxes, scale)
+        q, texts, question_ids, points, ambiguous = self._prompts(question, points, point_labels, boxes, scale)
 
         page = self.model.embed_page(batch)
         question_tokens, grounding = None, None
         if question_ids is not None:
             question_tokens = self.model.encode_questions(question_ids.to(self.device))
-            texts = [question] * q if isinstance(question, str) else list(question)
-            texts = texts * q if len(texts) == 1 else texts
             match, word_pos = lexical_match([page_words if self.use_ocr else []], [texts],
                                             batch["ocr_word_index"].cpu(), self.max_question_words,
                                             self.question_tokenizer.context_length)

@@ -156,7 +156,6 @@ class WordGrounding(nn.Module):
         if alignment:
             self.row_role = nn.Linear(dim, dim)
             self.column_role = nn.Linear(dim, dim)
-        self.dim, self.high_res_dim = dim, high_res_dim
         self.text_in = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, dim))
         self.word_role = nn.Linear(dim, dim)            # question tower feature of the matched word
         self.match_embed = nn.Embedding(NUM_MATCH_CODES, dim)   # summed over matched question words
@@ -208,7 +207,6 @@ class WordGrounding(nn.Module):
         """Per token: sum over the question words it matches of (role of that word + grade
         embedding), plus the embedding of its best grade; with `alignment`, plus the roles of the
         question words matched on its line and in its column. -> [N, T, C]"""
-        n, j, t = match.shape
         codes = match.long()
         valid = (word_pos >= 0).to(question_tokens.dtype)                           # [N, J]
         index = (word_pos.clamp(min=0) + 1).clamp(max=question_tokens.shape[1] - 1)  # +1: pooled token first
@@ -223,8 +221,7 @@ class WordGrounding(nn.Module):
             valid_j = valid[..., None]
             out = out + torch.einsum("njt,njc->ntc", in_row * valid_j, self.row_role(word_feats)) \
                 + torch.einsum("njt,njc->ntc", in_column * valid_j, self.column_role(word_feats))
-        return out + self.best_match_embed(codes.max(dim=1).values if j else torch.zeros(n, t, dtype=torch.long,
-                                                                                          device=match.device))
+        return out + self.best_match_embed(codes.amax(dim=1))   # J >= 1: the collator always pads to J
 
 
 class BoxMaps(nn.Module):
