@@ -30,6 +30,7 @@ from dociq.data.collate import DocumentCollator
 from dociq.data.schema import QUESTION_KINDS, Page, Question
 from dociq.data.synthetic import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
+from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
 from dociq.tasks.segment import SegmentTask
 from dociq.tasks.segment_metrics import SegmentationMetrics
 
@@ -43,10 +44,11 @@ def load_task(path: str | Path) -> SegmentTask:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist: pass a stage=finetune .ckpt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    hparams = dict(ckpt.get("hyper_parameters") or {}) if isinstance(ckpt, dict) else {}
+    ckpt = read_checkpoint(path)
+    hparams = dict(ckpt.get("hyper_parameters") or {})
     if "model" not in hparams or "state_dict" not in ckpt:
-        raise ValueError(f"{path} is not a stage=finetune checkpoint (no hyper_parameters.model / state_dict)")
+        raise CheckpointError(path, "is not a stage=finetune checkpoint (no hyper_parameters.model / state_dict)",
+                              "give the checkpoint of a `python train.py stage=finetune` run")
     hparams["init"] = None                      # the weights come from this checkpoint
     task = SegmentTask(**hparams)
     task.load_state_dict(ckpt["state_dict"], strict=True)

@@ -33,6 +33,7 @@ from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import SegmentationModel, best_candidate, choose_outputs, remove_ocr_words
+from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +59,18 @@ class Predictor:
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {path} does not exist: pass a .ckpt written by "
                                     "`python train.py stage=finetune` (<run>/checkpoints/last.ckpt)")
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+        ckpt = read_checkpoint(path)
+        hparams = ckpt.get("hyper_parameters")
         if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-            raise ValueError(f"{path} is not a stage=finetune Lightning checkpoint (no hyper_parameters.model "
-                             "or state_dict); give the checkpoint of a finetune run")
+            raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model "
+                                  "or state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
         model = SegmentationModel.from_config(hparams["model"])
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         result = model.load_state_dict(state, strict=False)
         if result.missing_keys:
-            raise KeyError(f"{path} lacks {len(result.missing_keys)} weights of the segmentation model "
-                           f"(e.g. {result.missing_keys[:3]}): is it a stage=finetune checkpoint?")
+            raise CheckpointError(path, f"lacks {len(result.missing_keys)} weights of the segmentation model "
+                                  f"(e.g. {result.missing_keys[:3]})",
+                                  "give the checkpoint of a `python train.py stage=finetune` run")
         predictor = cls(model, int(hparams["model"]["image_size"]), use_ocr=bool(hparams.get("ocr", True)),
                         device=device)
         predictor.use_lexical_match = bool(hparams.get("lexical_match", True))   # as the model was trained

@@ -59,12 +59,14 @@ def resolve_size(
 
 
 def load_state_dict_like(state_dict_or_path: Mapping[str, Tensor] | str | os.PathLike, what: str) -> dict:
-    """A state dict given directly or as a checkpoint path (torch.load weights_only), unwrapping {"model": ...}."""
+    """A state dict given directly or as a checkpoint path (`read_checkpoint`), unwrapping {"model": ...}."""
     if isinstance(state_dict_or_path, (str, os.PathLike)):
         path = os.fspath(state_dict_or_path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what}: checkpoint {path!r} does not exist; pass the path of a local .pth file")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        from dociq.tasks.checkpoint_io import read_checkpoint
+
+        state = read_checkpoint(path)
     else:
         state = state_dict_or_path
     if isinstance(state, Mapping) and isinstance(state.get("model"), Mapping):  # SAM 2 checkpoints

@@ -177,12 +177,9 @@ def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tens
     if not path.is_file():
         raise FileNotFoundError(f"image encoder checkpoint {path} does not exist: set init.image_encoder "
                                 "to a .ckpt/.pth file (or null)")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # corrupt file, pickle with objects, ...
-        raise ValueError(f"cannot read image encoder checkpoint {path}: {err}") from err
-    if not isinstance(checkpoint, dict):
-        raise ValueError(f"{path}: expected a state dict, got {type(checkpoint).__name__}")
+    from dociq.tasks.checkpoint_io import read_checkpoint
+
+    checkpoint = read_checkpoint(path)  # a dict, or a CheckpointError (a ValueError) naming the file
     if "state_dict" in checkpoint:  # Lightning: `image_encoder.*` (ijepa) or `model.image_encoder.*` (pretrain, ...)
         state = checkpoint["state_dict"]
         prefixes = sorted({k[:k.index(_PART) + len(_PART)] for k in state

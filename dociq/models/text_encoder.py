@@ -259,8 +259,10 @@ def load_text_encoder_from_checkpoint(path: str | os.PathLike) -> dict[str, torc
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.text_encoder / init.from)")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    from dociq.tasks.checkpoint_io import read_checkpoint
+
+    ckpt = read_checkpoint(path)
+    state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a Lightning checkpoint or state dict")
     by_prefix: dict[str, dict[str, torch.Tensor]] = {}
@@ -296,6 +298,8 @@ def _read_hf_state_dict(directory: Path) -> dict[str, torch.Tensor]:
 
         return load_file(str(directory / "model.safetensors"))
     if (directory / "pytorch_model.bin").exists():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        from dociq.tasks.checkpoint_io import read_checkpoint
+
+        return read_checkpoint(directory / "pytorch_model.bin")
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}: give a "
                             "Hugging Face BERT directory (save_pretrained output)")

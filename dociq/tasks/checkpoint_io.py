@@ -1,17 +1,25 @@
-"""Checkpoints that are never half-written: save to a temporary file, fsync, then rename.
+"""Checkpoint files: written so they are never half-written, read with one clear error.
 
-A crash or SIGKILL during a save leaves the previous checkpoint intact, because `os.replace` is
-atomic on POSIX file systems and the temporary file sits in the same directory.
+Writing: save to a temporary file, fsync, then rename. A crash or SIGKILL during a save leaves the
+previous checkpoint intact, because `os.replace` is atomic on POSIX file systems and the temporary
+file sits in the same directory.
+
+Reading: `read_checkpoint` is the one `torch.load` of the code base (weights only, on the CPU); a
+file it cannot read raises `CheckpointError` naming the file, what is wrong with it and the fix.
+Lightning is imported only when `AtomicCheckpointIO` is used, so the readers (predict, evaluate,
+the models) stay Lightning-free.
 """
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 def _umask() -> int:
@@ -36,8 +44,136 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
         raise
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
-        if storage_options is not None:
-            raise TypeError("AtomicCheckpointIO takes no storage_options")
-        atomic_torch_save(checkpoint, path)
+def _atomic_checkpoint_io_class() -> type:
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+            if storage_options is not None:
+                raise TypeError("AtomicCheckpointIO takes no storage_options")
+            atomic_torch_save(checkpoint, path)
+
+    AtomicCheckpointIO.__module__, AtomicCheckpointIO.__qualname__ = __name__, "AtomicCheckpointIO"
+    return AtomicCheckpointIO
+
+
+def __getattr__(name: str):
+    if name == "AtomicCheckpointIO":   # built on first use: importing Lightning costs seconds
+        cls = globals()[name] = _atomic_checkpoint_io_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used. `str(err)` reads
+    "checkpoint <path> [(<option>)]: <reason>. Fix: <fix>"."""
+
+    def __init__(self, path: str | Path, reason: str, fix: str, option: str | None = None):
+        self.path = str(path)
+        self.reason = reason
+        self.fix = fix
+        self.option = option
+        where = f" (given as {option})" if option else ""
+        super().__init__(f"checkpoint {self.path}{where}: {reason}. Fix: {fix}")
+
+    def __reduce__(self):  # picklable across processes (DDP, DataLoader workers)
+        return (type(self), (self.path, self.reason, self.fix, self.option))
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path that does not exist (also a FileNotFoundError, as callers expect)."""
+
+    def __str__(self) -> str:  # OSError's own __str__ would print only the reason
+        return ValueError.__str__(self)
+
+
+_ZIP_MAGIC = b"PK\x03\x04"          # torch.save's default format is a zip archive
+_PICKLE_PROTOCOL = 0x80               # the legacy format starts with a pickle PROTO opcode
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+_CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
+
+
+def read_checkpoint(path: str | os.PathLike, *, option: str | None = None) -> dict:
+    """`torch.load(path, map_location="cpu", weights_only=True)`, a dict, or a `CheckpointError`.
+
+    `option` is the config option that gave the path (e.g. "init.from"); the error names it."""
+    path = Path(path)
+    fail = _failure(path, option)
+    if not path.exists():
+        raise CheckpointNotFoundError(path, "does not exist", _set(option, "the path of an existing checkpoint "
+                                      "file (e.g. <run>/checkpoints/last.ckpt)"), option)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in _CHECKPOINT_SUFFIXES)[:5]
+        holds = f" (it holds {', '.join(inside)})" if inside else ""
+        raise fail(f"is a directory, not a checkpoint file{holds}", _set(option, "a checkpoint file inside it, "
+                   "e.g. <run>/checkpoints/last.ckpt"))
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as err:
+        raise fail(f"cannot be opened ({err.strerror or err})", "check the file's permissions") from err
+    if size == 0:
+        raise fail("is empty (0 bytes): its save or copy was interrupted",
+                   "delete it and use an earlier checkpoint, or copy the file again from its source")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, OSError, EOFError, UnicodeDecodeError, ...
+        raise _explain(path, head, size, err, option) from err
+    if not isinstance(ckpt, dict):
+        raise fail(f"holds a {type(ckpt).__name__}, not a dict (a state dict or a Lightning checkpoint)",
+                   "save a dict, e.g. torch.save(model.state_dict(), path)")
+    return ckpt
+
+
+def _set(option: str | None, what: str) -> str:
+    return f"set {option} to {what}" if option else f"give {what}"
+
+
+def _failure(path: Path, option: str | None):
+    return lambda reason, fix: CheckpointError(path, reason, fix, option)
+
+
+def _explain(path: Path, head: bytes, size: int, err: Exception, option: str | None) -> CheckpointError:
+    """Why torch.load failed, judged from the file's format rather than torch's message."""
+    fail = _failure(path, option)
+    recopy = "copy the file again from its source, or use an earlier checkpoint"
+    unsafe = _UNSAFE_GLOBAL.search(str(err)) if isinstance(err, pickle.UnpicklingError) else None
+    if head.startswith(_ZIP_MAGIC):
+        if not zipfile.is_zipfile(path):  # no end-of-archive record: the tail of the file is missing
+            return fail(f"is truncated ({size} bytes, the zip archive has no end record): its save or copy "
+                        "was interrupted", recopy)
+        if unsafe is None:
+            return fail(f"is a zip archive torch cannot read as a checkpoint ({type(err).__name__}: "
+                        f"{_first_line(err)})", f"{recopy}; give a file written by torch.save or Lightning")
+    if unsafe is not None and (head.startswith(_ZIP_MAGIC) or head[:1] == bytes([_PICKLE_PROTOCOL])):
+        return fail(f"holds a pickled Python object ({unsafe.group(1)}) that dociq refuses to load for safety: "
+                    "unpickling objects can run arbitrary code, so only tensors, numbers, strings and "
+                    "containers are read", "re-save it holding only those, e.g. "
+                    "torch.save({'state_dict': model.state_dict()}, path)")
+    if head[:1] == bytes([_PICKLE_PROTOCOL]):
+        return fail(f"is a legacy (pre-zip) torch file that is truncated or corrupt ({type(err).__name__}: "
+                    f"{_first_line(err)})", recopy)
+    if _is_text(head):
+        start = head.decode("utf-8", errors="replace").splitlines()[0][:40] if head.strip() else ""
+        return fail(f"is a text file, not a PyTorch checkpoint (it starts with {start!r})",
+                    "give the .ckpt/.pt file written by torch.save or Lightning, not a config, log or list")
+    return fail(f"is not a PyTorch checkpoint (unknown format; it starts with bytes {head[:8].hex(' ')})",
+                "give a file written by torch.save or Lightning (.ckpt/.pt/.pth)")
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as err:  # a multi-byte character cut at the end of `head` is still text
+        if err.start < len(head) - 3:
+            return False
+        text = head[:err.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
+def _first_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:120] if lines else "no message"

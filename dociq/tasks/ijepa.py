@@ -107,7 +107,9 @@ class IJEPATask(DociqTask):
 
     def _load_predictor(self, path: str) -> None:
         """init.from: also take the predictor when the checkpoint is an ijepa run of the same size."""
-        state = torch.load(path, map_location="cpu", weights_only=True).get("state_dict", {})
+        from dociq.tasks.checkpoint_io import read_checkpoint
+
+        state = read_checkpoint(path, option="init.from").get("state_dict", {})
         weights = {k[len("predictor."):]: v for k, v in state.items() if k.startswith("predictor.")}
         own = self.predictor.state_dict()
         if weights and all(k in weights and weights[k].shape == v.shape for k, v in own.items()):

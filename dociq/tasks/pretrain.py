@@ -262,8 +262,10 @@ def state_under(path: str, prefix: str) -> dict[str, torch.Tensor]:
 
     if not Path(path).exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.from)")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    from dociq.tasks.checkpoint_io import read_checkpoint
+
+    ckpt = read_checkpoint(path, option="init.from")
+    state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a Lightning checkpoint or state dict (init.from)")
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix) and torch.is_tensor(v)}

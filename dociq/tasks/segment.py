@@ -387,8 +387,10 @@ def _read_state(path: str) -> dict[str, Tensor]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.from): give a .ckpt of "
                                 "stage=pretrain or stage=finetune")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    from dociq.tasks.checkpoint_io import read_checkpoint
+
+    ckpt = read_checkpoint(path, option="init.from")
+    state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a Lightning checkpoint or state dict (init.from)")
     return state

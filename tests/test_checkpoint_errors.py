@@ -1,0 +1,168 @@
+"""read_checkpoint: every way a checkpoint file can be unreadable gives one CheckpointError that
+names the file, what is wrong and the fix (and the config option it came from)."""
+import argparse
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {"model.w": torch.randn(64, 64), "model.b": torch.zeros(64)},
+                "global_step": 3}, path)
+    return path
+
+
+def _missing(tmp_path, good):
+    return tmp_path / "nope" / "last.ckpt"
+
+
+def _directory(tmp_path, good):
+    return good.parent            # holds good.ckpt: the message lists it
+
+
+def _empty(tmp_path, good):
+    path = tmp_path / "empty.ckpt"
+    path.write_bytes(b"")
+    return path
+
+
+def _truncated(tmp_path, good):
+    data = good.read_bytes()
+    path = tmp_path / "half.ckpt"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _garbage(tmp_path, good):
+    path = tmp_path / "random.ckpt"
+    path.write_bytes(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    return path
+
+
+def _text(tmp_path, good):
+    path = tmp_path / "config.ckpt"
+    path.write_text("model:\n  size: tiny\n  image_size: 128\n")
+    return path
+
+
+def _pickled_object(tmp_path, good):
+    path = tmp_path / "args.ckpt"                       # e.g. an old checkpoint saving its argparse args
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "args": argparse.Namespace(lr=0.1)}, path)
+    return path
+
+
+# (file maker, what the message says is wrong)
+CASES = {
+    "missing": (_missing, "does not exist"),
+    "directory": (_directory, "is a directory"),
+    "empty": (_empty, "is empty (0 bytes)"),
+    "truncated": (_truncated, "truncated"),
+    "garbage": (_garbage, "not a PyTorch checkpoint"),
+    "text": (_text, "text file"),
+    "disallowed global": (_pickled_object, "argparse.Namespace"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_failure_names_the_path_the_problem_and_the_fix(case, tmp_path, good):
+    make, problem = CASES[case]
+    path = make(tmp_path, good)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(path)
+    message = str(info.value)
+    assert str(path) in message and problem in message and "Fix:" in message
+    assert "\n" not in message                                   # one line for a CLI
+    assert info.value.path == str(path)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_config_option_is_named(case, tmp_path, good):
+    make, _ = CASES[case]
+    with pytest.raises(CheckpointError, match=re.escape("init.from")):
+        read_checkpoint(make(tmp_path, good), option="init.from")
+
+
+def test_missing_file_is_also_a_file_not_found_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_directory_lists_the_checkpoints_inside(tmp_path, good):
+    with pytest.raises(CheckpointError, match="good.ckpt"):
+        read_checkpoint(tmp_path)
+
+
+def test_disallowed_global_is_refused_for_safety_without_suggesting_unsafe_loading(tmp_path, good):
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(_pickled_object(tmp_path, good))
+    message = str(info.value)
+    assert "safety" in message and "weights_only=False" not in message and "safe_globals" not in message
+
+
+def test_a_checkpoint_that_is_not_a_dict(tmp_path):
+    path = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), path)
+    with pytest.raises(CheckpointError, match="holds a Tensor, not a dict"):
+        read_checkpoint(path)
+
+
+def test_a_good_checkpoint_reads_as_saved(good):
+    ckpt = read_checkpoint(good, option="init.from")
+    assert ckpt["global_step"] == 3 and ckpt["state_dict"]["model.w"].shape == (64, 64)
+
+
+def test_the_error_pickles(tmp_path):
+    import pickle
+
+    err = CheckpointError(tmp_path / "x.ckpt", "is empty (0 bytes)", "save it again", option="init.from")
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and again.option == "init.from"
+
+
+# ---- every loader of the code base goes through read_checkpoint ------------------------------
+
+def _loaders():
+    from dociq.evaluate import load_task
+    from dociq.models.common import load_state_dict_like
+    from dociq.models.image_encoder import load_image_encoder_from_checkpoint
+    from dociq.models.text_encoder import _read_hf_state_dict, load_text_encoder_from_checkpoint
+    from dociq.predict import Predictor
+    from dociq.tasks.ijepa import IJEPATask
+    from dociq.tasks.pretrain import state_under
+    from dociq.tasks.segment import _read_state
+
+    def hf_directory(path):
+        (path.parent / "pytorch_model.bin").write_bytes(path.read_bytes())
+        return _read_hf_state_dict(path.parent)
+
+    return {
+        "predict": (Predictor.from_checkpoint, None),
+        "evaluate": (load_task, None),
+        "sam weights": (lambda p: load_state_dict_like(p, "load_sam_decoder_state_dict"), None),
+        "image encoder": (load_image_encoder_from_checkpoint, None),
+        "text encoder": (load_text_encoder_from_checkpoint, None),
+        "hf text encoder": (hf_directory, None),
+        "pretrain init.from": (lambda p: state_under(str(p), "model."), "init.from"),
+        "segment init.from": (lambda p: _read_state(str(p)), "init.from"),
+        "ijepa init.from": (lambda p: IJEPATask._load_predictor(None, str(p)), "init.from"),
+    }
+
+
+@pytest.mark.parametrize("loader", list(_loaders()))
+@pytest.mark.parametrize("case", ["truncated", "text"])
+def test_every_loader_raises_the_checkpoint_error(loader, case, tmp_path, good):
+    load, option = _loaders()[loader]
+    path = CASES[case][0](tmp_path, good)
+    named = path.parent / "pytorch_model.bin" if loader == "hf text encoder" else path
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    assert str(named) in str(info.value)
+    if option:
+        assert option in str(info.value)
