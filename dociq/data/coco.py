@@ -14,7 +14,11 @@ dociq's extra fields, read when present and written by `write_coco`:
   annotation   "text", "word_ids"                                      word_ids index "words"
 
 Bad pages raise `BadSampleError` naming the file and the fix, or with on_bad_sample="skip" the
-page reads as `None`, is logged once and listed in `dataset.bad_samples`.
+page reads as `None`, is logged once and listed in `dataset.bad_samples`. A broken index (duplicate
+image or category ids, 'images'/'annotations'/'categories' that are not lists of objects) raises
+when the data set is built, whatever on_bad_sample says: no page of such a file can be trusted.
+A region of zero area (empty box or mask) is dropped from its page, with the questions and links
+that need it, warned about once and listed in `dataset.dropped_regions`; the page stays.
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from pycocotools import mask as mask_util
 from torch.utils.data import Dataset
 
 from dociq.data.errors import (
-    BOX_OVERSHOOT_TOLERANCE, BadSample, BadSampleError, BadSamplePolicy, check_box_in_page,
-    check_boxes_in_page,
+    BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSample, BadSampleError, BadSamplePolicy,
+    DroppedRegion, check_box_in_page, check_boxes_in_page,
 )
 from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
@@ -44,7 +48,64 @@ _ENTRY_FIELDS = {"id", "file_name", "width", "height", "words", "questions", "li
 
 
 # ---------------------------------------------------------------------------------------------
+# JSON field checks: hostile or hand-edited files carry any JSON type in any field
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v) -> bool:
+    return _is_number(v) and float(v).is_integer()
+
+
+def _is_id(v) -> bool:
+    """COCO ids are numbers or strings; lists/objects cannot index anything."""
+    return isinstance(v, (int, float, str)) and not isinstance(v, bool)
+
+
+def _int_list(value, path, what: str, field: str, fix: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+        raise BadSampleError(path, f"{what} has {field} {value!r}: need a list of integers", fix)
+    return [int(v) for v in value]
+
+
+def _xywh_box(value, path, what: str, field: str = "bbox") -> list[float]:
+    """COCO [x, y, width, height] -> [x0, y0, x1, y1]; anything but 4 numbers is a bad page."""
+    if not isinstance(value, (list, tuple)) or len(value) != 4 or not all(_is_number(v) for v in value):
+        raise BadSampleError(path, f"{what} has {field} {value!r}: need 4 numbers [x, y, width, height]",
+                             f"fix the {field}, {_SKIP_HINT}")
+    x, y, bw, bh = (float(v) for v in value)
+    return [x, y, x + bw, y + bh]
+
+
+# ---------------------------------------------------------------------------------------------
 # masks and boxes
+
+
+def rle_string_counts(counts: bytes) -> list[int]:
+    """The run lengths of a compressed COCO RLE string (the inverse of pycocotools' rleToString).
+
+    pycocotools decodes runs that sum to less than H*W without complaint and leaves the rest of the
+    mask as uninitialised memory, so the reader checks the sum itself."""
+    runs: list[int] = []
+    p = 0
+    while p < len(counts):
+        x, k, more = 0, 0, True
+        while more:
+            if p >= len(counts):
+                raise ValueError("the string ends inside a run length")
+            c = counts[p] - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p += 1
+            k += 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(runs) > 2:
+            x += runs[-2]
+        runs.append(x)
+    return runs
 
 
 def encode_mask(mask: np.ndarray) -> dict:
@@ -77,15 +138,29 @@ def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path
         rles = mask_util.frPyObjects([p.tolist() for p in polys], h, w)
         rle = mask_util.merge(rles)
     elif isinstance(segm, dict) and "counts" in segm and "size" in segm:
-        if [int(v) for v in segm["size"]] != [h, w]:
+        rle_size, counts = segm["size"], segm["counts"]
+        if not isinstance(rle_size, list) or len(rle_size) != 2 or not all(_is_int(v) for v in rle_size):
+            raise BadSampleError(path, f"{where} has an RLE with size {rle_size!r}, not [height, width]",
+                                 f"re-encode the mask, {_SKIP_HINT}")
+        if [int(v) for v in rle_size] != [h, w]:
             raise BadSampleError(
-                path, f"{where} has an RLE of size {list(segm['size'])} but the page is {h}x{w} (HxW)",
+                path, f"{where} has an RLE of size {list(rle_size)} but the page is {h}x{w} (HxW)",
                 f"encode the mask at the image's size, {_SKIP_HINT}")
-        if isinstance(segm["counts"], list):  # uncompressed RLE
-            rle = mask_util.frPyObjects(segm, h, w)
-        else:
-            counts = segm["counts"]
-            rle = {"size": [h, w], "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+        try:
+            if isinstance(counts, list):  # uncompressed RLE
+                runs = counts if all(_is_int(c) for c in counts) else None
+            elif isinstance(counts, (str, bytes)):
+                counts = counts.encode("ascii") if isinstance(counts, str) else counts
+                runs = rle_string_counts(counts)
+            else:
+                runs = None
+        except (UnicodeEncodeError, ValueError):
+            runs = None
+        if runs is None or any(r < 0 for r in runs) or sum(runs) != h * w:
+            raise BadSampleError(
+                path, f"{where} has an RLE whose counts are not run lengths covering its {h}x{w} mask",
+                f"re-encode the mask (pycocotools.mask.encode), {_SKIP_HINT}")
+        rle = mask_util.frPyObjects(segm, h, w) if isinstance(counts, list) else {"size": [h, w], "counts": counts}
     else:
         raise BadSampleError(path, f"{where} has a segmentation that is neither polygons nor RLE",
                              f"use COCO polygons or RLE, {_SKIP_HINT}")
@@ -179,6 +254,15 @@ class CocoDocuments(Dataset):
     on_bad_sample:     "raise" or "skip" (then `__getitem__` returns None for that page).
     category_questions: "auto" (only for pages without a "questions" field), True, or False.
     require_words:     a page without words is a bad sample (the text encoder needs them).
+    max_page_pixels:   a page image (decoded, or a PDF rendered at its annotated size) with more
+                       pixels is a bad sample, found from the file header / PDF page size before
+                       anything is allocated; None: no cap (Pillow's decompression-bomb limit
+                       still applies to images). Default `DEFAULT_MAX_PAGE_PIXELS` (50 MP).
+
+    Zero-area regions (a box or mask that covers no pixel) are dropped, not the page: the region,
+    the links to it and the stored questions whose every region was dropped (unless they carry
+    their own target mask) go; `region_ids` of the rest are renumbered. Each dropped region is
+    warned about once and listed in `dataset.dropped_regions`, in "raise" and "skip" mode alike.
     """
 
     def __init__(
@@ -193,6 +277,7 @@ class CocoDocuments(Dataset):
         category_questions: bool | str = "auto",
         require_words: bool = True,
         box_tolerance: float = BOX_OVERSHOOT_TOLERANCE,
+        max_page_pixels: int | None = DEFAULT_MAX_PAGE_PIXELS,
     ) -> None:
         self.annotation_file = Path(annotation_file)
         data = read_annotation_json(self.annotation_file)
@@ -209,31 +294,77 @@ class CocoDocuments(Dataset):
         self.category_questions = category_questions
         self.require_words = require_words
         self.box_tolerance = box_tolerance
+        self.max_page_pixels = max_page_pixels
 
-        self.images: list[dict] = data["images"]
-        self.categories = self._read_categories(data.get("categories", []))
+        self.images: list[dict] = self._read_images(data["images"])
+        self.categories = self._read_categories(data.get("categories") or [])
         self._anns: dict[Any, list[dict]] = defaultdict(list)
-        image_ids = {img.get("id") for img in self.images}
-        for ann in data.get("annotations", []):
-            if ann.get("image_id") not in image_ids:
+        annotations = data.get("annotations") or []
+        if not isinstance(annotations, list):
+            raise BadSampleError(self.annotation_file, f"'annotations' is a {type(annotations).__name__}, "
+                                 "not a list", "use COCO instance format: {'annotations': [{...}, ...]}")
+        image_ids = {img["id"] for img in self.images if img.get("id") is not None}
+        uses: dict[Any, list] = defaultdict(list)  # annotation id -> the image ids of its annotations
+        for k, ann in enumerate(annotations):
+            image_id = ann.get("image_id") if isinstance(ann, dict) else None
+            if not _is_id(image_id) or image_id not in image_ids:
                 # Not a page we could skip: report it against the file, once, at start-up.
-                err = BadSampleError(
-                    self.annotation_file,
-                    f"annotation id {ann.get('id')} refers to image id {ann.get('image_id')!r}, "
-                    "which is not in 'images'",
-                    f"remove the annotation or add its image entry, {_SKIP_HINT}")
+                reason = (f"annotation {k} is not an object but {ann!r:.80}" if not isinstance(ann, dict) else
+                          f"annotation id {ann.get('id')} refers to image id {image_id!r}, which is not in 'images'")
+                err = BadSampleError(self.annotation_file, reason,
+                                     f"remove the annotation or add its image entry, {_SKIP_HINT}")
                 if self.policy.mode == "raise":
                     raise err
                 self.policy.record(None, err)
                 continue
-            self._anns[ann["image_id"]].append(ann)
+            self._anns[image_id].append(ann)
+            if _is_id(ann.get("id")):
+                uses[ann["id"]].append(image_id)
+        # A duplicate annotation id makes `annotation_ids` ambiguous on the pages that use it, and
+        # every annotation names its page, so it is those pages that are bad (skippable, counted),
+        # not the whole file: one bad merge should not cost the rest of the data set.
+        self._duplicate_ann_ids = {a: images for a, images in uses.items() if len(images) > 1}
 
-    def _read_categories(self, cats: Iterable[dict]) -> dict[Any, str]:
+    def _read_images(self, images: list) -> list[dict]:
+        """The image entries; a non-object entry or a repeated image id breaks the index: raise."""
+        by_id: dict[Any, dict] = {}
+        for k, entry in enumerate(images):
+            if not isinstance(entry, dict):
+                raise BadSampleError(self.annotation_file, f"image entry {k} is not an object but {entry!r:.80}",
+                                     "write every entry of 'images' as {'id', 'file_name', 'width', 'height'}")
+            image_id = entry.get("id")
+            if image_id is None:
+                continue  # no annotation can refer to it; the page reads without regions
+            if not _is_id(image_id):
+                raise BadSampleError(self.annotation_file, f"image entry {k} has id {image_id!r}, which is "
+                                     "not a number or a string", "give every image a unique numeric id")
+            if image_id in by_id:
+                raise BadSampleError(
+                    self.annotation_file,
+                    f"image id {image_id!r} is used by two image entries ({by_id[image_id].get('file_name')!r} "
+                    f"and {entry.get('file_name')!r}), so their annotations would merge into one page",
+                    "give every image a unique id and point each annotation's image_id at its own image")
+            by_id[image_id] = entry
+        return images
+
+    def _read_categories(self, cats: list) -> dict[Any, str]:
+        """Category id -> name; a malformed entry or a repeated id breaks the index: raise."""
+        if not isinstance(cats, list):
+            raise BadSampleError(self.annotation_file, f"'categories' is a {type(cats).__name__}, not a list",
+                                 "use COCO instance format: {'categories': [{'id': 1, 'name': ...}, ...]}")
         out = {}
         for c in cats:
-            if "id" not in c or "name" not in c:
-                raise BadSampleError(self.annotation_file, f"category entry {c!r} lacks 'id' or 'name'",
+            if not isinstance(c, dict) or "id" not in c or "name" not in c:
+                raise BadSampleError(self.annotation_file, f"category entry {c!r:.80} lacks 'id' or 'name'",
                                      "give every category an id and a name")
+            if not _is_id(c["id"]):
+                raise BadSampleError(self.annotation_file, f"category entry {c!r:.80} has an id that is not "
+                                     "a number or a string", "give every category a unique numeric id")
+            if c["id"] in out:
+                raise BadSampleError(
+                    self.annotation_file,
+                    f"category id {c['id']!r} is used twice ({out[c['id']]!r} and {str(c['name'])!r}), so "
+                    "one class would silently take the other's name", "give every category a unique id")
             out[c["id"]] = str(c["name"])
         return out
 
@@ -249,6 +380,11 @@ class CocoDocuments(Dataset):
         """Pages skipped so far in this process (each DataLoader worker keeps its own list)."""
         return self.policy.bad_samples
 
+    @property
+    def dropped_regions(self) -> list[DroppedRegion]:
+        """Zero-area regions dropped so far in this process (each worker keeps its own list)."""
+        return self.policy.dropped_regions
+
     def validate(self) -> list[BadSample]:
         """Load every page once and return the bad ones, without raising (a pre-flight check)."""
         bad = []
@@ -262,19 +398,42 @@ class CocoDocuments(Dataset):
     # -- one page -----------------------------------------------------------------------------
     def image_path(self, index: int) -> Path:
         entry = self.images[index]
-        if "file_name" not in entry:
-            raise BadSampleError(self.annotation_file, f"image entry {index} (id {entry.get('id')}) "
-                                 "has no 'file_name'", f"add the file name, {_SKIP_HINT}")
-        return self.image_dir / entry["file_name"]
+        name = entry.get("file_name")
+        if not isinstance(name, str) or not name:
+            has = "has no 'file_name'" if "file_name" not in entry else f"has file_name {name!r}, not a file name"
+            raise BadSampleError(self.annotation_file, f"image entry {index} (id {entry.get('id')}) {has}",
+                                 f"add the file name, {_SKIP_HINT}")
+        return self.image_dir / name
+
+    def _check_entry(self, entry: dict, where: str) -> tuple[int, int] | None:
+        """Validate the image entry's own fields (cheap, before any file is read); the annotated
+        (H, W) or None."""
+        for field, kind in (("words", list), ("questions", list), ("links", list), ("meta", dict)):
+            if entry.get(field) is not None and not isinstance(entry[field], kind):
+                raise BadSampleError(self.annotation_file, f"'{field}' of {where} is a "
+                                     f"{type(entry[field]).__name__}, not a{'n object' if kind is dict else ' list'}",
+                                     f"fix '{field}', {_SKIP_HINT}")
+        page = entry.get("pdf_page", 0)
+        if not _is_int(page) or page < 0:
+            raise BadSampleError(self.annotation_file, f"{where} has pdf_page {page!r}, not a page index",
+                                 f"give the 0-based page of the PDF, {_SKIP_HINT}")
+        if "width" not in entry or "height" not in entry:
+            return None
+        for field in ("width", "height"):
+            if not _is_int(entry[field]) or entry[field] <= 0:
+                raise BadSampleError(self.annotation_file, f"{where} has {field} {entry[field]!r}, not a "
+                                     "positive number of pixels", f"fix {field}, {_SKIP_HINT}")
+        return int(entry["height"]), int(entry["width"])
 
     def load_page(self, index: int) -> Page:
         """The page at `index`; raises BadSampleError whatever `on_bad_sample` says."""
         entry = self.images[index]
         path = self.image_path(index)
-        image = self._load_image(entry, path)
-        size = image.shape[:2]
         where = f"image {entry['file_name']!r} (id {entry.get('id')})"
-        if "width" in entry and "height" in entry and (int(entry["height"]), int(entry["width"])) != size:
+        annotated_size = self._check_entry(entry, where)
+        image = self._load_image(entry, path, annotated_size)
+        size = image.shape[:2]
+        if annotated_size is not None and annotated_size != size:
             raise BadSampleError(
                 path, f"image is {size[1]}x{size[0]} (WxH) but {self.annotation_file.name} says "
                 f"{entry['width']}x{entry['height']}",
@@ -288,9 +447,9 @@ class CocoDocuments(Dataset):
         if self.require_words and not words:
             raise BadSampleError(path, *self._no_words_message(path))
 
-        regions, ann_index = self._regions(entry, path, size, word_boxes, words, where)
-        questions = self._questions(entry, regions, ann_index, size, where)
-        links = self._links(entry, len(regions), where)
+        regions, ann_order, file_to_region = self._regions(index, entry, size, word_boxes, words, where)
+        questions = self._questions(entry, regions, ann_order, file_to_region, size, where)
+        links = self._links(entry, file_to_region, where)
         # provenance the image entry carries (DocLayNet: doc_category, collection, page_no, ...)
         meta = {k: v for k, v in entry.items()
                 if k not in _ENTRY_FIELDS and isinstance(v, (str, int, float, bool))}
@@ -309,12 +468,12 @@ class CocoDocuments(Dataset):
                 "check the page is not blank / the PDF has a text layer (else use ocr='tesseract'), "
                 f"pass require_words=False, {_SKIP_HINT}")
 
-    def _load_image(self, entry: dict, path: Path) -> np.ndarray:
+    def _load_image(self, entry: dict, path: Path, annotated_size: tuple[int, int] | None) -> np.ndarray:
         if path.suffix.lower() != ".pdf":
-            return load_page_image(path)
-        annotated_size = (int(entry["height"]), int(entry["width"])) if "width" in entry and "height" in entry else None
-        backend = self.ocr if isinstance(self.ocr, PdfTextLayer) else PdfTextLayer()
-        return backend.render(path, int(entry.get("pdf_page", 0)), size=annotated_size)
+            return load_page_image(path, self.max_page_pixels)
+        dpi = self.ocr.dpi if isinstance(self.ocr, PdfTextLayer) else PdfTextLayer().dpi
+        renderer = PdfTextLayer(dpi=dpi, max_page_pixels=self.max_page_pixels)
+        return renderer.render(path, int(entry.get("pdf_page", 0)), size=annotated_size)
 
     def _ocr_words(self, entry: dict, path: Path, image: np.ndarray) -> OcrWords:
         is_pdf = path.suffix.lower() == ".pdf"
@@ -332,25 +491,37 @@ class CocoDocuments(Dataset):
     def _groundtruth_words(self, entry: dict, path: Path, size) -> tuple[list[str], np.ndarray]:
         words, boxes = [], []
         for j, w in enumerate(entry.get("words") or []):
-            try:
-                text, (x, y, bw, bh) = str(w["text"]), (float(v) for v in w["bbox"])
-            except (KeyError, TypeError, ValueError) as err:
+            if not isinstance(w, dict) or "text" not in w or "bbox" not in w:
                 raise BadSampleError(self.annotation_file,
-                                     f"word {j} of {entry['file_name']!r} is malformed: {w!r}",
-                                     f"write words as {{'text': str, 'bbox': [x, y, w, h]}}, {_SKIP_HINT}") from err
+                                     f"word {j} of {entry['file_name']!r} is malformed: {w!r:.80}",
+                                     f"write words as {{'text': str, 'bbox': [x, y, w, h]}}, {_SKIP_HINT}")
+            text = str(w["text"])
+            boxes.append(_xywh_box(w["bbox"], self.annotation_file, f"word {j} {text!r} of {entry['file_name']!r}"))
             words.append(text)
-            boxes.append((x, y, x + bw, y + bh))
         boxes = check_boxes_in_page(boxes, size, self.annotation_file,
                                     lambda j: f"word {j} {words[j]!r} of {entry['file_name']!r}", self.box_tolerance)
         return words, boxes
 
-    def _regions(self, entry, path, size, word_boxes, words, where):
+    def _regions(self, index, entry, size, word_boxes, words, where):
+        """Regions in file order without the zero-area ones; also annotation id -> position in the
+        file and, per position, the region index (None: dropped)."""
         anns = self._anns.get(entry.get("id"), [])
-        regions, masks_for_words, ann_index = [], [], {}
-        for ann in anns:
-            what = f"annotation id {ann.get('id')} of {where}"
+        regions, masks_for_words, ann_order, file_to_region = [], [], {}, []
+        for pos, ann in enumerate(anns):
+            aid = ann.get("id")
+            what = f"annotation id {aid} of {where}"
+            if aid is not None and not _is_id(aid):
+                raise BadSampleError(self.annotation_file, f"{what} has an id that is not a number or a string",
+                                     f"give every annotation a unique numeric id, {_SKIP_HINT}")
+            if aid in self._duplicate_ann_ids:
+                used_by = sorted(self._duplicate_ann_ids[aid], key=str)
+                raise BadSampleError(
+                    self.annotation_file,
+                    f"{what} is not unique: {len(used_by)} annotations use it (on image ids {used_by}), so "
+                    "questions' annotation_ids could resolve to the wrong region",
+                    "give every annotation a unique id, or pass on_bad_sample='skip' to drop the pages involved")
             cat = ann.get("category_id")
-            if cat not in self.categories:
+            if not _is_id(cat) or cat not in self.categories:
                 raise BadSampleError(
                     self.annotation_file,
                     f"{what} has category id {cat!r}, which is not in 'categories' "
@@ -359,9 +530,8 @@ class CocoDocuments(Dataset):
             mask = decode_segmentation(ann.get("segmentation"), size, what, self.annotation_file,
                                        self.box_tolerance)
             if "bbox" in ann:
-                x, y, bw, bh = [float(v) for v in ann["bbox"]]
-                box = check_box_in_page([x, y, x + bw, y + bh], size, self.annotation_file, what,
-                                        self.box_tolerance)
+                box = check_box_in_page(_xywh_box(ann["bbox"], self.annotation_file, what), size,
+                                        self.annotation_file, what, self.box_tolerance)
             elif mask is not None:
                 box = mask_to_box(mask)
             else:
@@ -370,13 +540,23 @@ class CocoDocuments(Dataset):
             if mask is None:
                 mask = box_mask(box, size)
             word_ids = ann.get("word_ids")
-            if word_ids is not None and any(not 0 <= int(j) < len(words) for j in word_ids):
-                raise BadSampleError(self.annotation_file, f"{what} has word_ids {word_ids} but the page "
-                                     f"has {len(words)} words", f"fix word_ids, {_SKIP_HINT}")
-            ann_index[ann.get("id")] = len(regions)
+            if word_ids is not None:
+                word_ids = _int_list(word_ids, self.annotation_file, what, "word_ids", f"fix word_ids, {_SKIP_HINT}")
+                if any(not 0 <= j < len(words) for j in word_ids):
+                    raise BadSampleError(self.annotation_file, f"{what} has word_ids {word_ids} but the page "
+                                         f"has {len(words)} words", f"fix word_ids, {_SKIP_HINT}")
+            if aid is not None:
+                ann_order[aid] = pos
+            if box[2] <= box[0] or box[3] <= box[1] or not mask.any():
+                self.policy.record_dropped(index, self.annotation_file, what,
+                                           f"zero area: its box {np.round(box, 2).tolist()} or mask covers no "
+                                           "pixel, so it cannot be a target; the region, its links and the "
+                                           "questions left without a target are dropped")
+                file_to_region.append(None)
+                continue
+            file_to_region.append(len(regions))
             regions.append(Region(label=self.categories[cat], box=box, mask=mask,
-                                  text=str(ann.get("text", "")),
-                                  word_ids=[int(j) for j in word_ids] if word_ids is not None else []))
+                                  text=str(ann.get("text", "")), word_ids=word_ids if word_ids is not None else []))
             masks_for_words.append(None if word_ids is not None else mask)
         # Regions without stored word_ids (real data, OCR words) get the words whose centre they hold.
         todo = [i for i, m in enumerate(masks_for_words) if m is not None]
@@ -384,33 +564,40 @@ class CocoDocuments(Dataset):
             regions[i].word_ids = ids
             if not regions[i].text:
                 regions[i].text = " ".join(words[j] for j in ids)
-        return regions, ann_index
+        return regions, ann_order, file_to_region
 
-    def _questions(self, entry, regions, ann_index, size, where) -> list[Question]:
-        stored = entry.get("questions") or []
+    def _questions(self, entry, regions, ann_order, file_to_region, size, where) -> list[Question]:
         out = []
-        for k, q in enumerate(stored):
+        for k, q in enumerate(entry.get("questions") or []):
             what = f"question {k} of {where}"
             if not isinstance(q, dict) or not str(q.get("text", "")).strip():
                 raise BadSampleError(self.annotation_file, f"{what} has no text",
                                      f"give every question a 'text', {_SKIP_HINT}")
             kind = q.get("kind", "category")
-            if kind not in QUESTION_KINDS:
+            if not isinstance(kind, str) or kind not in QUESTION_KINDS:
                 raise BadSampleError(self.annotation_file, f"{what} has kind {kind!r}, not one of "
                                      f"{QUESTION_KINDS}", f"fix the kind, {_SKIP_HINT}")
             if "annotation_ids" in q:
-                missing = [a for a in q["annotation_ids"] if a not in ann_index]
+                ids = q["annotation_ids"]
+                if not isinstance(ids, list) or not all(_is_id(a) for a in ids):
+                    raise BadSampleError(self.annotation_file, f"{what} has annotation_ids {ids!r:.80}: need a "
+                                         "list of annotation ids", f"fix annotation_ids, {_SKIP_HINT}")
+                missing = [a for a in ids if a not in ann_order]
                 if missing:
                     raise BadSampleError(self.annotation_file, f"{what} refers to annotation ids {missing} "
                                          "that this image does not have", f"fix annotation_ids, {_SKIP_HINT}")
-                region_ids = [ann_index[a] for a in q["annotation_ids"]]
+                targets = [ann_order[a] for a in ids]
             else:
-                region_ids = [int(i) for i in q.get("region_ids", [])]
-                if any(not 0 <= i < len(regions) for i in region_ids):
-                    raise BadSampleError(self.annotation_file, f"{what} has region_ids {region_ids} but "
-                                         f"the page has {len(regions)} regions", f"fix region_ids, {_SKIP_HINT}")
+                targets = _int_list(q.get("region_ids", []), self.annotation_file, what, "region_ids",
+                                    f"fix region_ids, {_SKIP_HINT}")
+                if any(not 0 <= i < len(file_to_region) for i in targets):
+                    raise BadSampleError(self.annotation_file, f"{what} has region_ids {targets} but "
+                                         f"the page has {len(file_to_region)} regions", f"fix region_ids, {_SKIP_HINT}")
+            region_ids = [file_to_region[i] for i in targets if file_to_region[i] is not None]
             mask = decode_segmentation(q.get("segmentation"), size, what, self.annotation_file)
             if mask is None:
+                if targets and not region_ids:
+                    continue  # every region it asks for had zero area (dropped, warned): no target left
                 mask = np.zeros(size, dtype=bool)
                 for i in region_ids:
                     mask |= regions[i].mask
@@ -421,14 +608,18 @@ class CocoDocuments(Dataset):
             out.extend(category_questions(regions, size))
         return out
 
-    def _links(self, entry, n_regions, where) -> list[tuple[int, int]]:
-        links = []
+    def _links(self, entry, file_to_region, where) -> list[tuple[int, int]]:
+        links, n = [], len(file_to_region)
         for link in entry.get("links") or []:
-            a, b = (int(v) for v in link)
-            if not (0 <= a < n_regions and 0 <= b < n_regions):
+            if not isinstance(link, (list, tuple)) or len(link) != 2 or not all(_is_int(v) for v in link):
+                raise BadSampleError(self.annotation_file, f"link {link!r:.80} of {where} is not a pair of "
+                                     "region indices", f"write links as [[key_region, value_region], ...], {_SKIP_HINT}")
+            a, b = int(link[0]), int(link[1])
+            if not (0 <= a < n and 0 <= b < n):
                 raise BadSampleError(self.annotation_file, f"link {list(link)} of {where} points outside "
-                                     f"its {n_regions} regions", f"fix 'links', {_SKIP_HINT}")
-            links.append((a, b))
+                                     f"its {n} regions", f"fix 'links', {_SKIP_HINT}")
+            if file_to_region[a] is not None and file_to_region[b] is not None:  # else an end was dropped
+                links.append((file_to_region[a], file_to_region[b]))
         return links
 
 

@@ -8,6 +8,11 @@ Regions are the entities (label = FUNSD label, mask = entity box), words are the
 in file order, links come from `linking` (deduplicated: FUNSD lists each link on both ends), and
 every question entity with linked answers asks "what is the answer to '<question text>'?"
 (kind "link") with the union of its answers' masks as target.
+
+A malformed entity (a label outside question/answer/header/other, a box that is not 4 numbers,
+words or links of the wrong type) makes its page a `BadSampleError`. An entity whose box has zero
+area is dropped with its links (so a question left without answers asks nothing), warned about
+once and listed in `dataset.dropped_regions`; its words stay on the page.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from torch.utils.data import Dataset
 
 from dociq.data.coco import box_mask, words_in_regions
 from dociq.data.errors import (
-    BOX_OVERSHOOT_TOLERANCE, BadSample, BadSampleError, BadSamplePolicy, check_box_in_page,
+    BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSample, BadSampleError, BadSamplePolicy,
+    DroppedRegion, check_box_in_page,
 )
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import PdfTextLayer, make_ocr
@@ -42,6 +48,8 @@ class FunsdDocuments(Dataset):
     split:         "training_data" or "testing_data".
     ocr:           "groundtruth" (FUNSD's words), "tesseract", or an OCR backend object.
     on_bad_sample: "raise" or "skip" (then `__getitem__` returns None for that page).
+    max_page_pixels: a scan with more pixels is a bad sample, found from its header before
+                   decoding; None: no cap beyond Pillow's decompression-bomb limit.
     """
 
     def __init__(
@@ -55,6 +63,7 @@ class FunsdDocuments(Dataset):
         require_words: bool = True,
         box_tolerance: float = BOX_OVERSHOOT_TOLERANCE,
         image_suffixes: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".tif", ".tiff"),
+        max_page_pixels: int | None = DEFAULT_MAX_PAGE_PIXELS,
     ) -> None:
         if split not in FUNSD_SPLITS:
             raise ValueError(f"split={split!r} is not one of {FUNSD_SPLITS}. Fix: pick one of those")
@@ -76,6 +85,7 @@ class FunsdDocuments(Dataset):
         self.require_words = require_words
         self.box_tolerance = box_tolerance
         self.image_suffixes = image_suffixes
+        self.max_page_pixels = max_page_pixels
 
     def __len__(self) -> int:
         return len(self.files)
@@ -86,6 +96,11 @@ class FunsdDocuments(Dataset):
     @property
     def bad_samples(self) -> list[BadSample]:
         return self.policy.bad_samples
+
+    @property
+    def dropped_regions(self) -> list[DroppedRegion]:
+        """Zero-area entities dropped so far in this process (each worker keeps its own list)."""
+        return self.policy.dropped_regions
 
     def image_path(self, index: int) -> Path:
         stem = self.files[index].stem
@@ -98,34 +113,37 @@ class FunsdDocuments(Dataset):
         ann_path = self.files[index]
         form = self._read_form(ann_path)
         image_path = self.image_path(index)
-        image = load_page_image(image_path)
+        image = load_page_image(image_path, self.max_page_pixels)
         size = image.shape[:2]
 
         gt_words, gt_boxes, regions, id_to_region = [], [], [], {}
         for k, entity in enumerate(form):
-            try:
-                eid, label, text, box = entity["id"], str(entity["label"]), str(entity.get("text", "")), entity["box"]
-            except (KeyError, TypeError) as err:
-                raise BadSampleError(ann_path, f"entity {k} lacks {err} (needs id, label, box)",
-                                     f"fix the entity, {_SKIP_HINT}") from err
+            eid, label, text, box, words = self._entity_fields(k, entity, ann_path)
             if eid in id_to_region:
                 raise BadSampleError(ann_path, f"entity id {eid} appears twice", f"make ids unique, {_SKIP_HINT}")
-            box = check_box_in_page(box, size, ann_path, f"entity id {eid} ({label} {text!r})", self.box_tolerance)
+            what = f"entity id {eid}"
+            box = check_box_in_page(box, size, ann_path, f"{what} ({label} {text!r})", self.box_tolerance)
             word_ids = []
-            for j, w in enumerate(entity.get("words") or []):
+            for j, w in enumerate(words):
                 if not isinstance(w, dict) or "box" not in w:
-                    raise BadSampleError(ann_path, f"word {j} of entity id {eid} is malformed: {w!r}",
+                    raise BadSampleError(ann_path, f"word {j} of {what} is malformed: {w!r:.80}",
                                          f"write words as {{'text': str, 'box': [x0, y0, x1, y1]}}, {_SKIP_HINT}")
                 wtext = str(w.get("text", "")).strip()
                 if not wtext:
                     continue  # FUNSD has a few empty word entries; they carry no text to read
                 gt_boxes.append(check_box_in_page(
-                    w["box"], size, ann_path, f"word {j} {wtext!r} of entity id {eid}", self.box_tolerance))
+                    w["box"], size, ann_path, f"word {j} {wtext!r} of {what}", self.box_tolerance))
                 word_ids.append(len(gt_words))
                 gt_words.append(wtext)
+            mask = box_mask(box, size)
+            if box[2] <= box[0] or box[3] <= box[1] or not mask.any():
+                self.policy.record_dropped(index, ann_path, what,
+                                           f"zero area: its box {np.round(box, 2).tolist()} covers no pixel, so it "
+                                           "cannot be a target; the entity and its links are dropped")
+                id_to_region[eid] = None
+                continue
             id_to_region[eid] = len(regions)
-            regions.append(Region(label=label, box=box, mask=box_mask(box, size), text=text.strip(),
-                                  word_ids=word_ids))
+            regions.append(Region(label=label, box=box, mask=mask, text=text.strip(), word_ids=word_ids))
 
         if self.ocr is None:
             words, word_boxes = gt_words, np.array(gt_boxes, np.float32).reshape(-1, 4)
@@ -148,6 +166,25 @@ class FunsdDocuments(Dataset):
                     questions=questions, links=links, meta=meta)
 
     @staticmethod
+    def _entity_fields(k: int, entity, path: Path) -> tuple[Any, str, str, Any, list]:
+        """(id, label, text, box, words) of form entry `k`; malformed fields are a bad page."""
+        if not isinstance(entity, dict) or not all(key in entity for key in ("id", "label", "box")):
+            raise BadSampleError(path, f"entity {k} is malformed: {entity!r:.80} (needs id, label, box)",
+                                 f"fix the entity, {_SKIP_HINT}")
+        eid, label = entity["id"], entity["label"]
+        if not isinstance(eid, (int, str)) or isinstance(eid, bool):
+            raise BadSampleError(path, f"entity {k} has id {eid!r}, not a number or a string",
+                                 f"give every entity a unique numeric id, {_SKIP_HINT}")
+        if label not in FUNSD_LABELS:
+            raise BadSampleError(path, f"entity id {eid} has label {label!r}, not one of the FUNSD labels "
+                                 f"{', '.join(FUNSD_LABELS)}", f"fix the label, {_SKIP_HINT}")
+        words = entity.get("words") or []
+        if not isinstance(words, list):
+            raise BadSampleError(path, f"entity id {eid} has words {words!r:.80}, not a list",
+                                 f"write words as [{{'text': str, 'box': [x0, y0, x1, y1]}}, ...], {_SKIP_HINT}")
+        return eid, label, str(entity.get("text", "")), entity["box"], words
+
+    @staticmethod
     def _read_form(path: Path) -> list[dict]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -160,20 +197,24 @@ class FunsdDocuments(Dataset):
 
     @staticmethod
     def _links(form: list[dict], id_to_region: dict, path: Path) -> list[tuple[int, int]]:
+        """Region index pairs; links to an entity dropped for zero area are dropped with it."""
         links, seen = [], set()
         for entity in form:
-            for pair in entity.get("linking") or []:
-                try:
-                    a, b = pair
-                except (TypeError, ValueError) as err:
-                    raise BadSampleError(path, f"entity id {entity['id']} has a malformed link {pair!r}",
-                                         f"write links as [from_id, to_id], {_SKIP_HINT}") from err
-                for end in (a, b):
+            linking = entity.get("linking") or []
+            if not isinstance(linking, list):
+                raise BadSampleError(path, f"entity id {entity['id']} has linking {linking!r:.80}, not a list",
+                                     f"write links as [[from_id, to_id], ...], {_SKIP_HINT}")
+            for pair in linking:
+                if not isinstance(pair, list) or len(pair) != 2 or \
+                        not all(isinstance(end, (int, str)) and not isinstance(end, bool) for end in pair):
+                    raise BadSampleError(path, f"entity id {entity['id']} has a malformed link {pair!r:.80}",
+                                         f"write links as [from_id, to_id], {_SKIP_HINT}")
+                for end in pair:
                     if end not in id_to_region:
                         raise BadSampleError(path, f"entity id {entity['id']} links to entity id {end}, "
                                              "which does not exist", f"fix 'linking', {_SKIP_HINT}")
-                link = (id_to_region[a], id_to_region[b])
-                if link not in seen:
+                link = (id_to_region[pair[0]], id_to_region[pair[1]])
+                if None not in link and link not in seen:
                     seen.add(link)
                     links.append(link)
         return links

@@ -8,6 +8,11 @@ Scans and exports come in every Pillow mode. The rules, chosen for documents:
   0..1 by 255, anything else by the min..max range its values use;
 - CMYK goes through its embedded ICC profile when there is one, else Pillow's conversion;
 - EXIF orientation is applied, so the pixels are upright as a viewer shows them.
+
+Size: `max_page_pixels` (the data sets pass theirs, default `DEFAULT_MAX_PAGE_PIXELS`) is checked
+from the file header, before decoding. Without it Pillow's decompression-bomb limit
+(`PIL.Image.MAX_IMAGE_PIXELS`) applies; with it Pillow's limit only stops files over twice its
+value, so the cap can be raised to ~180 MP without touching PIL's global.
 """
 from __future__ import annotations
 
@@ -20,13 +25,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from dociq.data.errors import BadSampleError
+from dociq.data.errors import BadSampleError, check_page_pixels
 
 _WHITE = (255, 255, 255, 255)
 
 
-def load_page_image(path: str | Path) -> np.ndarray:
-    """Read `path` as uint8 [H, W, 3] RGB. Raises `BadSampleError` naming the file on failure."""
+def load_page_image(path: str | Path, max_page_pixels: int | None = None) -> np.ndarray:
+    """Read `path` as uint8 [H, W, 3] RGB. Raises `BadSampleError` naming the file on failure,
+    and for an image over `max_page_pixels` before decoding it."""
     path = Path(path)
     if not path.is_file():
         raise BadSampleError(
@@ -35,9 +41,11 @@ def load_page_image(path: str | Path) -> np.ndarray:
         )
     try:
         with warnings.catch_warnings():
-            # A decompression-bomb warning is a real problem for a data set: make it an error.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            # A decompression-bomb warning is a real problem for a data set: make it an error,
+            # unless the caller's own cap (checked below, from the header) takes its place.
+            warnings.simplefilter("ignore" if max_page_pixels else "error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
+                check_page_pixels(path, img.width, img.height, max_page_pixels, "image")
                 img.load()  # decode now: truncation is only detected while decoding
                 img = ImageOps.exif_transpose(img)
                 return to_rgb_array(img, path)
@@ -51,7 +59,7 @@ def load_page_image(path: str | Path) -> np.ndarray:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise BadSampleError(
             path, f"image is implausibly large ({err})",
-            "downscale the page, or raise PIL.Image.MAX_IMAGE_PIXELS if it is trusted",
+            "downscale the page, or raise PIL.Image.MAX_IMAGE_PIXELS (and max_page_pixels) if it is trusted",
         ) from err
     except (OSError, SyntaxError, ValueError, EOFError) as err:
         raise BadSampleError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from dociq.data.errors import BadSampleError
+from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.image_io import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
@@ -170,13 +171,17 @@ class PdfTextLayer:
 
     `read(pdf, page_index, size=None)` renders the page at `dpi` (or scaled to exactly `size`
     (H, W)) and returns (image, words). Words are split at whitespace and at jumps between lines.
+    A render larger than `max_page_pixels` (None: no cap) - the requested `size` or pdfium's
+    bitmap before resizing to it - is a `BadSampleError`, raised before any pixels are allocated.
     """
 
     name = "pdf"
 
-    def __init__(self, dpi: float = 144.0, cache: OcrCache | str | Path | None = None):
+    def __init__(self, dpi: float = 144.0, cache: OcrCache | str | Path | None = None,
+                 max_page_pixels: int | None = DEFAULT_MAX_PAGE_PIXELS):
         self.dpi = float(dpi)
         self.cache = _as_cache(cache)
+        self.max_page_pixels = max_page_pixels
 
     def settings(self) -> dict:
         return {"dpi": self.dpi}
@@ -188,13 +193,13 @@ class PdfTextLayer:
     def read(self, pdf_path: str | Path, page_index: int = 0,
              size: tuple[int, int] | None = None) -> tuple[np.ndarray, OcrWords]:
         with self._open(pdf_path, page_index) as (doc, page):
-            image = self._render(page, size)
+            image = self._render(page, size, pdf_path, page_index)
         return image, self.words(pdf_path, page_index, image.shape[:2])
 
     def render(self, pdf_path: str | Path, page_index: int = 0,
                size: tuple[int, int] | None = None) -> np.ndarray:
         with self._open(pdf_path, page_index) as (doc, page):
-            return self._render(page, size)
+            return self._render(page, size, pdf_path, page_index)
 
     def words(self, pdf_path: str | Path, page_index: int = 0,
               size: tuple[int, int] | None = None) -> OcrWords:
@@ -212,11 +217,16 @@ class PdfTextLayer:
     def _open(self, pdf_path, page_index=0):
         return _PdfPage(Path(pdf_path), page_index)
 
-    def _render(self, page, size):
-        scale = self.dpi / 72.0
+    def _render(self, page, size, pdf_path, page_index):
+        w_pt, h_pt = page.get_size()
+        scale = self.dpi / 72.0 if size is None else size[1] / w_pt
         if size is not None:
-            w_pt, h_pt = page.get_size()
-            scale = size[1] / w_pt
+            check_page_pixels(pdf_path, int(size[1]), int(size[0]), self.max_page_pixels,
+                              f"PDF page {page_index} as requested (annotated width/height)")
+        # pdfium's bitmap is ceil(points * scale) on each side (pypdfium2's PdfPage.render); a size
+        # whose aspect differs from the page's is reached by resizing that bitmap afterwards.
+        check_page_pixels(pdf_path, math.ceil(w_pt * scale), math.ceil(h_pt * scale), self.max_page_pixels,
+                          f"PDF page {page_index} rendered at {scale * 72:.0f} dpi")
         img = np.array(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
         if size is not None and img.shape[:2] != tuple(size):
             from PIL import Image
