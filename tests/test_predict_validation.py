@@ -1,0 +1,193 @@
+"""Predictor prompts are checked like the data loader checks annotations (issue 11, item 8), and the
+predict CLI answers a user mistake with one line and exit code 2 (item 10)."""
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from dociq.data.errors import BOX_OVERSHOOT_TOLERANCE
+from dociq.predict import Predictor, main
+from dociq.tasks.checkpoint_io import CheckpointError
+
+H, W = 90, 160      # the page below: landscape, not the model's 128 px
+
+
+@pytest.fixture(scope="module")
+def predictor(finetune_checkpoint):
+    return Predictor.from_checkpoint(finetune_checkpoint[0])
+
+
+@pytest.fixture(scope="module")
+def page():
+    page = np.full((H, W, 3), 240, np.uint8)
+    page[20:40, 10:120] = 0
+    return page
+
+
+# ---- points ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf")])
+def test_non_finite_points_are_refused(predictor, page, bad, shown):
+    with pytest.raises(ValueError, match=re.escape(f"points[2] = ({shown}, 4.0) is not finite")):
+        predictor.predict(page, points=[[10, 20], [30, 40], [bad, 4.0]])
+
+
+def test_points_outside_the_page_are_refused(predictor, page):
+    with pytest.raises(ValueError, match=r"points\[1\] = \(500.0, 4.0\) lies outside the 160x90 page"):
+        predictor.predict(page, points=[[10, 20], [500, 4]])
+    with pytest.raises(ValueError, match=r"points\[0\] = \(10.0, -5.0\) lies outside"):
+        predictor.predict(page, points=[[10, -5]])
+
+
+def test_points_just_outside_the_page_are_clipped(predictor, page):
+    inside, _ = predictor.predict(page, points=[[W, 0]], threshold=-1.0)
+    over = BOX_OVERSHOOT_TOLERANCE * W * 0.9
+    clipped, _ = predictor.predict(page, points=[[W + over, -BOX_OVERSHOOT_TOLERANCE * H * 0.9]], threshold=-1.0)
+    np.testing.assert_array_equal(clipped, inside)
+
+
+@pytest.mark.parametrize("points, labels, message", [
+    ([[1, 2, 3]], None, "points must be [N, 2]"),
+    ([], None, "points must be [N, 2]"),
+    ([[1, 2], [3, 4]], [1, 0, 1], "point_labels has 3 values for 2 points"),
+    ([[1, 2], [3, 4]], [1, 2], "point_labels[1] = 2 is not 0 or 1"),
+    ([[1, 2]], [0.5], "point_labels[0] = 0.5 is not 0 or 1"),
+    (None, [1], "point_labels given without points"),
+])
+def test_point_shapes_and_labels(predictor, page, points, labels, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        predictor.predict(page, question="the title" if points is None else None, points=points,
+                          point_labels=labels)
+
+
+# ---- boxes -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("box, message", [
+    ([60, 40, 5, 5], "boxes[0] (x0,y0,x1,y1)=(60.0, 40.0, 5.0, 5.0) has zero or negative size"),
+    ([5, 5, 5, 40], "boxes[0] (x0,y0,x1,y1)=(5.0, 5.0, 5.0, 40.0) has zero or negative size"),
+    ([5, 5, 60, float("nan")], "boxes[0] (x0,y0,x1,y1)=(5.0, 5.0, 60.0, nan) is not finite"),
+    ([5, 5, 400, 40], "boxes[0] (x0,y0,x1,y1)=(5.0, 5.0, 400.0, 40.0) lies outside the 160x90 page"),
+    ([W + 0.5, 5, W + 1, 40], "lies outside the 160x90 page"),      # within the margin but not on the page
+    ([1, 2, 3, 4, 5], "boxes must be [4] or [M, 4]"),
+])
+def test_bad_boxes_are_refused(predictor, page, box, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        predictor.predict(page, boxes=box)
+
+
+def test_the_second_box_is_named(predictor, page):
+    with pytest.raises(ValueError, match=re.escape("boxes[1]")):
+        predictor.predict(page, boxes=[[5, 5, 60, 40], [70, 80, 60, 85]])
+
+
+def test_boxes_just_outside_the_page_are_clipped(predictor, page):
+    inside, s_in = predictor.predict(page, boxes=[0, 0, W, 40], threshold=-1.0)
+    clipped, s_clip = predictor.predict(page, boxes=[-1, -0.5, W + 1, 40], threshold=-1.0)
+    np.testing.assert_array_equal(clipped, inside)
+    assert s_clip == pytest.approx(s_in)
+
+
+# ---- OCR words -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("words, boxes, message", [
+    (["Title", "text"], [[20, 40, 120, 60], [20, 250, 60, 260]],
+     "word_boxes[1] (word 'text') (x0,y0,x1,y1)=(20.0, 250.0, 60.0, 260.0) lies outside the 160x90 page"),
+    (["Title"], [[120, 40, 20, 60]], "word_boxes[0] (word 'Title') (x0,y0,x1,y1)=(120.0, 40.0, 20.0, 60.0) has negative size"),
+    (["Title"], [[20, 40, float("inf"), 60]], "word_boxes[0] (word 'Title') (x0,y0,x1,y1)=(20.0, 40.0, inf, 60.0) is not finite"),
+    (["Title"], [[20, 40, 60]], "word_boxes must be [N, 4]"),
+    ("Title", [[20, 40, 60, 60]], "words must be a list of strings"),
+    ([3], [[20, 40, 60, 60]], "words[0] is not a string (got int 3)"),
+    (None, [[20, 40, 60, 60]], "word_boxes given without words"),
+])
+def test_bad_words_are_refused(predictor, page, words, boxes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        predictor.predict(page, question="the title", words=words, word_boxes=boxes)
+
+
+def test_word_boxes_just_outside_the_page_are_accepted(predictor, page):
+    masks, scores = predictor.predict(page, question="the title", words=["Title"],
+                                      word_boxes=[[10, 20, W + 1, H + 0.5]])
+    assert masks.shape == (1, H, W) and np.isfinite(scores).all()
+
+
+# ---- questions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("question, message", [
+    ("", "question is empty"),
+    ("   ", "question is empty (only whitespace)"),
+    (["the title", ""], "question[1] is empty"),
+    (["the title", 7], "question[1] is not a string (got int 7)"),
+])
+def test_empty_questions_are_refused(predictor, page, question, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        predictor.predict(page, question=question)
+
+
+def test_a_question_cut_to_the_context_length_is_reported(predictor, page, caplog):
+    long_question = "where is the " + " ".join(f"field{i}" for i in range(40)) + " value?"
+    limit = predictor.question_tokenizer.context_length
+    with caplog.at_level(logging.WARNING, logger="dociq.predict"):
+        predictor.predict(page, question=["the title", long_question])
+    cut = [r.getMessage() for r in caplog.records if "cut" in r.getMessage()]
+    assert len(cut) == 1 and long_question[:30] in cut[0] and f"context length {limit}" in cut[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dociq.predict"):
+        predictor.predict(page, question="the title")
+    assert not [r for r in caplog.records if "cut" in r.getMessage()]
+
+
+# ---- the CLI ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def page_png(tmp_path, page):
+    from PIL import Image
+
+    path = tmp_path / "page.png"
+    Image.fromarray(page).save(path)
+    return path
+
+
+def _cli_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("dociq predict: error: ")
+    return err
+
+
+def test_cli_missing_checkpoint_is_one_line(tmp_path, page_png, capsys):
+    err = _cli_error([str(tmp_path / "missing.ckpt"), str(page_png), "--question", "x"], capsys)
+    assert "missing.ckpt" in err and "does not exist" in err
+
+
+def test_cli_truncated_checkpoint_is_one_line(finetune_checkpoint, tmp_path, page_png, capsys):
+    data = finetune_checkpoint[0].read_bytes()
+    half = tmp_path / "half.ckpt"
+    half.write_bytes(data[: len(data) // 2])
+    err = _cli_error([str(half), str(page_png), "--question", "x"], capsys)
+    assert "half.ckpt" in err and "truncated" in err
+
+
+def test_cli_missing_image_is_one_line(finetune_checkpoint, tmp_path, capsys):
+    err = _cli_error([str(finetune_checkpoint[0]), str(tmp_path / "nope.png"), "--question", "x"], capsys)
+    assert "nope.png" in err
+
+
+def test_cli_bad_prompt_is_one_line(finetune_checkpoint, page_png, capsys):
+    err = _cli_error([str(finetune_checkpoint[0]), str(page_png), "--box", "60", "40", "5", "5"], capsys)
+    assert "has zero or negative size" in err
+
+
+def test_cli_debug_shows_the_traceback(tmp_path, page_png):
+    with pytest.raises(CheckpointError):
+        main([str(tmp_path / "missing.ckpt"), str(page_png), "--question", "x", "--debug"])
+
+
+def test_a_valid_prompt_after_the_checks_still_predicts(predictor, page):
+    masks, scores = predictor.predict(page, question="the title", points=[[10, 20], [30, 40]],
+                                      point_labels=[1, 0], boxes=[5, 5, 60, 40],
+                                      words=["Title"], word_boxes=[[10, 20, 120, 40]])
+    assert masks.shape == (1, H, W) and np.isfinite(scores).all()
