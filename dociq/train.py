@@ -17,8 +17,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dociq.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.config import CONFIG_DIR, register_resolvers
-from dociq.tasks.checkpoint_io import AtomicCheckpointIO
+from dociq.config_checks import check_config
+from dociq.tasks.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from dociq.tasks.registry import resolve_stage
 
 log = logging.getLogger("dociq.train")
@@ -51,6 +53,47 @@ def resolve_checkpoint(cfg: DictConfig) -> str | None:
     return str(path)
 
 
+def remove_orphan_temp_files(checkpoint_dir: Path) -> list[Path]:
+    """Delete `.<name>.ckpt.*.tmp` files that a killed save left behind (AtomicCheckpointIO writes a
+    temporary file, then renames it). Called before the trainer starts, when no save is running."""
+    orphans = sorted(checkpoint_dir.glob(".*.ckpt.*.tmp")) if checkpoint_dir.is_dir() else []
+    for path in orphans:
+        path.unlink(missing_ok=True)
+        log.info("removed %s, left by an interrupted checkpoint save", path)
+    return orphans
+
+
+def resume_state(ckpt_path: str | None) -> dict:
+    """What the loggers need to continue the checkpoint's run: its step and the wandb run id.
+
+    Reading the whole checkpoint here, before any logger opens its files, means a checkpoint that
+    cannot be loaded (truncated, corrupt) stops the run with every file as it was."""
+    if ckpt_path is None:
+        return {}
+    ckpt = read_checkpoint(ckpt_path, option="ckpt_path")
+    for key in ("global_step", "state_dict"):
+        if key not in ckpt:
+            raise ValueError(f"ckpt_path={ckpt_path} has no '{key}': it is not a Lightning training "
+                             "checkpoint (a weights file?). Fix: start from its weights with "
+                             "init.from=<path> instead of resuming it")
+    ids = ckpt.get("callbacks", {}).get("LoggerRunIds", {})
+    return {"step": int(ckpt["global_step"]), "wandb_id": ids.get("wandb")}
+
+
+def resume_kwargs(target: str, resume: dict) -> dict:
+    """Per-logger arguments that continue the previous run instead of starting over."""
+    if not resume:
+        return {}
+    name = target.rsplit(".", 1)[-1]
+    if name == "ResumableCSVLogger":
+        return {"resume_step": resume["step"]}
+    if name == "TensorBoardLogger":
+        return {"purge_step": resume["step"]}   # hides events the resumed run writes again
+    if name == "WandbLogger" and resume.get("wandb_id"):
+        return {"id": resume["wandb_id"], "resume": "allow"}
+    return {}
+
+
 def build_strategy(cfg: DictConfig):
     """The Lightning strategy: the trainer's, adapted to what the optimizer wants (e.g. SubspaceNGD's
     projected-gradient DDP hook)."""
@@ -63,19 +106,34 @@ def build_strategy(cfg: DictConfig):
     return resolve_strategy(trainer_strategy, optim_strategy, cfg.trainer.get("devices"))
 
 
-def build_trainer(cfg: DictConfig) -> L.Trainer:
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
+    loggers = [instantiate(c, **resume_kwargs(c.get("_target_", ""), resume or {}))
+               for c in (cfg.get("logger") or {}).values() if c is not None]
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    if not has_validation(cfg):
+        # checkpoints are saved when validation ends; without validation, every val_check_interval steps
+        for cb in callbacks:
+            if isinstance(cb, L.pytorch.callbacks.ModelCheckpoint) and cb._every_n_train_steps == 0:
+                cb._every_n_train_steps = int(cfg.trainer.val_check_interval)
+    # Built in, whatever `callbacks=` says: they guard against silent divergence and make resume exact.
+    callbacks += [StopOnNonFinite(), RngState(), SkippedPages(), LoggerRunIds()]
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_kwargs["strategy"] = build_strategy(cfg)
     return L.Trainer(**trainer_kwargs, logger=loggers, callbacks=callbacks,
                      plugins=[AtomicCheckpointIO()])
 
 
+def has_validation(cfg: DictConfig) -> bool:
+    return cfg.data.get("val_set") is not None and cfg.trainer.get("limit_val_batches", 1) != 0
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the stage `cfg.stage.name`; return the trainer's final metrics."""
+    check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     ckpt_path = resolve_checkpoint(cfg)
+    resume = resume_state(ckpt_path)
+    remove_orphan_temp_files(Path(cfg.paths.output_dir) / "checkpoints")
     task_cls = resolve_stage(cfg.stage.name)
 
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -84,7 +142,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     scheduler = instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None
     task = task_cls(**task_kwargs, optimizer=optimizer, scheduler=scheduler)
 
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(cfg, resume)
     log.info("stage=%s  model=%s  optim=%s  output_dir=%s", cfg.stage.name, cfg.model.size,
              cfg.optim.optimizer._target_.rsplit(".", 1)[-1], cfg.paths.output_dir)
     trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -96,6 +154,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
               f"last: {ckpt_cb.last_model_path or '-'})")
         for lg in trainer.loggers:
             print(f"[dociq] {type(lg).__name__} logs: {lg.log_dir}")
+        skipped = next((cb.total for cb in trainer.callbacks if isinstance(cb, SkippedPages)), 0)
+        if skipped:
+            print(f"[dociq] {skipped} bad pages were skipped (on_bad_sample=skip); "
+                  "the warnings above name the files")
     return metrics
 
 

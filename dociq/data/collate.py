@@ -147,12 +147,15 @@ class DocumentCollator:
                 raise ValueError("data.text_masking.visible_only=true needs data.image_masking "
                                  "(with a grid) to know which image units are visible")
 
-    def _generator(self, pages: Sequence[Page]) -> torch.Generator:
-        # A fixed seed makes a batch reproducible (validation): seeded by its pages' ids, so the
-        # same pages get the same masks and prompts in every validation, whatever the worker.
-        # Without a seed, draw from torch's global RNG, which Lightning seeds per worker.
+    def _generator(self, pages: Sequence[Page], batch_seed: int | None) -> torch.Generator:
+        # A batch seed (training: from (seed, step), dociq.data.sampling) makes the batch a function
+        # of its step, so a resumed run repeats it. A fixed collator seed makes a batch reproducible
+        # (validation): seeded by its pages' ids, so the same pages get the same masks and prompts in
+        # every validation, whatever the worker. Without either, draw from torch's global RNG.
         g = torch.Generator()
-        if self.seed is not None:
+        if batch_seed is not None:
+            g.manual_seed(int(batch_seed))
+        elif self.seed is not None:
             ids = [str(p.meta.get("page_id", "")) for p in pages]
             key = zlib.crc32("|".join(ids).encode()) if all(ids) else self._calls
             g.manual_seed(self.seed + key)
@@ -161,13 +164,13 @@ class DocumentCollator:
         self._calls += 1
         return g
 
-    def __call__(self, pages: Sequence[Page | None]) -> dict:
+    def __call__(self, pages: Sequence[Page | None], batch_seed: int | None = None) -> dict:
         skipped = sum(p is None for p in pages)
         pages = [p for p in pages if p is not None]
         if not pages:
             raise RuntimeError(f"all {skipped} pages of a batch were bad and skipped: check the data set "
                                "(see the warnings above for the files and reasons)")
-        g = self._generator(pages)
+        g = self._generator(pages, batch_seed)
         size = self.image_size
         images, scales, encoded = [], [], []
         for page in pages:

@@ -9,9 +9,11 @@ import logging
 from typing import Callable
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dociq.data.collate import DocumentCollator
+from dociq.data.sampling import SeedCarryingDataset, SeededCollate, StepBatchSampler, StepDataLoader
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 
 log = logging.getLogger(__name__)
@@ -34,12 +36,14 @@ class DocumentDataModule(L.LightningDataModule):
         image_masking: Callable | None = None,
         text_masking: Callable | None = None,
         val_seed: int = 1234,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if len(train_set) == 0:
             raise ValueError("data.train_set is empty: it has no pages; check its path/num_pages")
         self.train_set, self.val_set = train_set, val_set
         self.batch_size, self.num_workers = batch_size, num_workers
+        self.seed = int(seed)
         ocr_tokenizer = OcrTokenizer(**(tokenizer or {}))
         common = dict(
             image_size=image_size, ocr_tokenizer=ocr_tokenizer,
@@ -56,15 +60,28 @@ class DocumentDataModule(L.LightningDataModule):
     def ocr_tokenizer(self) -> OcrTokenizer:
         return self.train_collator.ocr_tokenizer
 
-    def _loader(self, dataset: Dataset, collator: DocumentCollator, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle,
-                          num_workers=self.num_workers, collate_fn=collator,
-                          persistent_workers=self.num_workers > 0, drop_last=shuffle)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, self.train_collator, shuffle=True)
+        """Batches in an order fixed by (seed, step), starting at the step the trainer is at (after a
+        resume: the checkpoint's), so resumed and uninterrupted runs see the same batches."""
+        sampler = StepBatchSampler(len(self.train_set), self.batch_size, self.seed,
+                                   start_step=self._batches_consumed())
+        # The loader's own generator: creating its iterator must not draw from the global RNG (the
+        # resumed run creates it at step k, the uninterrupted one at step 0).
+        return StepDataLoader(SeedCarryingDataset(self.train_set), batch_sampler=sampler,
+                          num_workers=self.num_workers, collate_fn=SeededCollate(self.train_collator),
+                          persistent_workers=self.num_workers > 0,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+    def _batches_consumed(self) -> int:
+        trainer = self.trainer
+        if trainer is None:
+            return 0
+        return trainer.global_step * trainer.accumulate_grad_batches
 
     def val_dataloader(self) -> DataLoader | list:
         if self.val_set is None or len(self.val_set) == 0:
             return []
-        return self._loader(self.val_set, self.val_collator, shuffle=False)
+        return DataLoader(self.val_set, batch_size=self.batch_size, shuffle=False,
+                          num_workers=self.num_workers, collate_fn=self.val_collator,
+                          persistent_workers=self.num_workers > 0)

@@ -73,7 +73,7 @@ class SubspaceNGD(Optimizer):
                  solve_dtype: str = "float64", projector_dtype: str = "float32",
                  max_retries: int = 6, fallback: str = "adamw",
                  fallback_betas: tuple[float, float] = (0.9, 0.999), fallback_eps: float = 1e-8,
-                 project: bool = True) -> None:
+                 project: bool = True, max_skips_in_row: int = 10) -> None:
         if lr < 0 or rank < 1 or history < 1 or refresh_every < 1 or damping < 0:
             raise ValueError(f"SubspaceNGD: need lr >= 0, rank >= 1, history >= 1, "
                              f"refresh_every >= 1, damping >= 0; got lr={lr}, rank={rank}, "
@@ -96,6 +96,12 @@ class SubspaceNGD(Optimizer):
         self._layout: Optional[dict] = None
         self._step_cache: dict = {}   # per-step projectors shared with the DDP comm hook
         self.skipped_steps = 0
+        # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
+        if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
+            raise ValueError(f"SubspaceNGD: max_skips_in_row={max_skips_in_row!r}; set "
+                             "optim.optimizer.max_skips_in_row to a non-negative int (0: never stop)")
+        self.max_skips_in_row = max_skips_in_row
+        self.skips_in_row = 0
 
     # ------------------------------------------------------------------ layout
     def add_param_group(self, param_group: dict) -> None:
@@ -201,8 +207,15 @@ class SubspaceNGD(Optimizer):
             warnings.warn("SubspaceNGD: non-finite gradient, skipping this optimizer step "
                           "(weights and state unchanged).", RuntimeWarning, stacklevel=2)
             self.skipped_steps += 1
+            self.skips_in_row += 1
             self._step_cache.clear()
+            if self.max_skips_in_row and self.skips_in_row >= self.max_skips_in_row:
+                raise FloatingPointError(
+                    f"SubspaceNGD: {self.skips_in_row} optimizer steps in a row had non-finite "
+                    f"gradients ({self.skipped_steps} skipped in all): the run diverged. Fix: lower "
+                    "optim.optimizer.lr, or raise optim.optimizer.max_skips_in_row (0: never stop)")
             return loss
+        self.skips_in_row = 0
         info = self.layout["info"]
         for gi, group in enumerate(self.param_groups):
             rest = [p for p in group["params"] if p.grad is not None and p not in info]
