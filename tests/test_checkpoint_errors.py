@@ -57,6 +57,31 @@ def _pickled_object(tmp_path, good):
     return path
 
 
+def _legacy_truncated(tmp_path, good):
+    full = tmp_path / "legacy.pt"
+    torch.save({"w": torch.randn(64, 64)}, full, _use_new_zipfile_serialization=False)
+    path = tmp_path / "legacy_half.pt"
+    path.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    return path
+
+
+def _plain_pickle(tmp_path, good):
+    import pickle
+
+    path = tmp_path / "weights.pkl"
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    return path
+
+
+def _other_zip(tmp_path, good):
+    import zipfile
+
+    path = tmp_path / "pages.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("page.txt", "not weights")
+    return path
+
+
 # (file maker, what the message says is wrong)
 CASES = {
     "missing": (_missing, "does not exist"),
@@ -66,6 +91,9 @@ CASES = {
     "garbage": (_garbage, "not a PyTorch checkpoint"),
     "text": (_text, "text file"),
     "disallowed global": (_pickled_object, "argparse.Namespace"),
+    "legacy truncated": (_legacy_truncated, "truncated or corrupt"),
+    "plain pickle": (_plain_pickle, "plain Python pickle"),
+    "other zip": (_other_zip, "zip archive torch cannot read"),
 }
 
 

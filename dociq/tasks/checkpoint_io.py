@@ -15,6 +15,7 @@ import os
 import pickle
 import re
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,8 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 _ZIP_MAGIC = b"PK\x03\x04"          # torch.save's default format is a zip archive
-_PICKLE_PROTOCOL = 0x80               # the legacy format starts with a pickle PROTO opcode
+_PICKLE_PROTOCOL = 0x80               # pickles (protocol >= 2) start with the PROTO opcode
+_LEGACY_MAGIC = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"   # torch's pre-zip format: a pickled magic number
 _UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
 
@@ -119,7 +121,9 @@ def read_checkpoint(path: str | os.PathLike, *, option: str | None = None) -> di
         raise fail("is empty (0 bytes): its save or copy was interrupted",
                    "delete it and use an earlier checkpoint, or copy the file again from its source")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about a plain pickle's protocol before failing on it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises RuntimeError, OSError, EOFError, UnicodeDecodeError, ...
         raise _explain(path, head, size, err, option) from err
     if not isinstance(ckpt, dict):
@@ -146,18 +150,22 @@ def _explain(path: Path, head: bytes, size: int, err: Exception, option: str | N
             return fail(f"is truncated ({size} bytes, the zip archive has no end record): its save or copy "
                         "was interrupted", recopy)
         if unsafe is None:
-            return fail(f"is a zip archive torch cannot read as a checkpoint ({type(err).__name__}: "
-                        f"{_first_line(err)})", f"{recopy}; give a file written by torch.save or Lightning")
+            return fail(f"is a zip archive torch cannot read as a checkpoint{_detail(err)}",
+                        "give a file written by torch.save or Lightning (.ckpt/.pt/.pth); if it is one, "
+                        "copy it again from its source")
     if unsafe is not None and (head.startswith(_ZIP_MAGIC) or head[:1] == bytes([_PICKLE_PROTOCOL])):
         return fail(f"holds a pickled Python object ({unsafe.group(1)}) that dociq refuses to load for safety: "
                     "unpickling objects can run arbitrary code, so only tensors, numbers, strings and "
                     "containers are read", "re-save it holding only those, e.g. "
                     "torch.save({'state_dict': model.state_dict()}, path)")
+    if head.startswith(_LEGACY_MAGIC):
+        return fail(f"is a legacy (pre-zip) torch file that is truncated or corrupt{_detail(err)}", recopy)
     if head[:1] == bytes([_PICKLE_PROTOCOL]):
-        return fail(f"is a legacy (pre-zip) torch file that is truncated or corrupt ({type(err).__name__}: "
-                    f"{_first_line(err)})", recopy)
+        return fail("is a plain Python pickle, not a file written by torch.save",
+                    "save the weights with torch.save, e.g. torch.save(model.state_dict(), path)")
     if _is_text(head):
-        start = head.decode("utf-8", errors="replace").splitlines()[0][:40] if head.strip() else ""
+        lines = head.decode("utf-8", errors="replace").splitlines()
+        start = next((line.strip() for line in lines if line.strip()), "")[:40]
         return fail(f"is a text file, not a PyTorch checkpoint (it starts with {start!r})",
                     "give the .ckpt/.pt file written by torch.save or Lightning, not a config, log or list")
     return fail(f"is not a PyTorch checkpoint (unknown format; it starts with bytes {head[:8].hex(' ')})",
@@ -174,6 +182,10 @@ def _is_text(head: bytes) -> bool:
     return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
-def _first_line(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0][:120] if lines else "no message"
+def _detail(err: Exception) -> str:
+    """torch's own reason, when it says more than its generic weights_only advice."""
+    text = str(err)
+    if "Weights only load failed" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1] if "WeightsUnpickler error:" in text else ""
+    text = " ".join(text.split())[:120]
+    return f" ({type(err).__name__}: {text})" if text else ""
