@@ -304,7 +304,8 @@ class CocoDocuments(Dataset):
             raise BadSampleError(self.annotation_file, f"'annotations' is a {type(annotations).__name__}, "
                                  "not a list", "use COCO instance format: {'annotations': [{...}, ...]}")
         image_ids = {img["id"] for img in self.images if img.get("id") is not None}
-        uses: dict[Any, list] = defaultdict(list)  # annotation id -> the image ids of its annotations
+        first_use: dict[Any, Any] = {}  # annotation id -> image id of its first annotation
+        duplicates: dict[Any, list] = defaultdict(list)  # repeated annotation id -> all its image ids
         for k, ann in enumerate(annotations):
             image_id = ann.get("image_id") if isinstance(ann, dict) else None
             if not _is_id(image_id) or image_id not in image_ids:
@@ -318,12 +319,19 @@ class CocoDocuments(Dataset):
                 self.policy.record(None, err)
                 continue
             self._anns[image_id].append(ann)
-            if _is_id(ann.get("id")):
-                uses[ann["id"]].append(image_id)
+            aid = ann.get("id")
+            if not _is_id(aid):
+                continue  # a missing id only matters to questions that refer to it: checked per page
+            if aid not in first_use:
+                first_use[aid] = image_id
+                continue
+            if aid not in duplicates:
+                duplicates[aid].append(first_use[aid])
+            duplicates[aid].append(image_id)
         # A duplicate annotation id makes `annotation_ids` ambiguous on the pages that use it, and
         # every annotation names its page, so it is those pages that are bad (skippable, counted),
         # not the whole file: one bad merge should not cost the rest of the data set.
-        self._duplicate_ann_ids = {a: images for a, images in uses.items() if len(images) > 1}
+        self._duplicate_ann_ids = dict(duplicates)
 
     def _read_images(self, images: list) -> list[dict]:
         """The image entries; a non-object entry or a repeated image id breaks the index: raise."""

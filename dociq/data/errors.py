@@ -122,6 +122,10 @@ class BadSamplePolicy:
             return None
 
 
+def _rounded(b: np.ndarray) -> list[float]:
+    return [round(float(v), 2) for v in b]  # numpy's round overflows on huge hostile values
+
+
 def check_box_in_page(
     box, size: tuple[int, int], path: str | Path, what: str,
     tolerance: float = BOX_OVERSHOOT_TOLERANCE,
@@ -142,13 +146,13 @@ def check_box_in_page(
     x0, y0, x1, y1 = b
     if x1 < x0 or y1 < y0:
         raise BadSampleError(
-            path, f"{what} has a box with negative size x0,y0,x1,y1={b.round(2).tolist()}", fix_tail
+            path, f"{what} has a box with negative size x0,y0,x1,y1={_rounded(b)}", fix_tail
         )
     tx, ty = tolerance * w, tolerance * h
     if x0 < -tx or y0 < -ty or x1 > w + tx or y1 > h + ty:
         raise BadSampleError(
             path,
-            f"{what} has box x0,y0,x1,y1={b.round(2).tolist()} outside the {w}x{h} page "
+            f"{what} has box x0,y0,x1,y1={_rounded(b)} outside the {w}x{h} page "
             f"(more than {tolerance:.0%} overshoot)",
             "check that the annotation belongs to this image and uses pixel coordinates of the "
             "stored image; " + fix_tail,

@@ -43,7 +43,7 @@ def load_page_image(path: str | Path, max_page_pixels: int | None = None) -> np.
         with warnings.catch_warnings():
             # A decompression-bomb warning is a real problem for a data set: make it an error,
             # unless the caller's own cap (checked below, from the header) takes its place.
-            warnings.simplefilter("ignore" if max_page_pixels else "error", Image.DecompressionBombWarning)
+            warnings.simplefilter("error" if max_page_pixels is None else "ignore", Image.DecompressionBombWarning)
             with Image.open(path) as img:
                 check_page_pixels(path, img.width, img.height, max_page_pixels, "image")
                 img.load()  # decode now: truncation is only detected while decoding

@@ -403,6 +403,62 @@ def test_hostile_funsd_field_is_a_bad_page(tmp_path, case):
     assert [b.index for b in ds.bad_samples] == [0]
 
 
+# a little random fuzzing on top of the cases above: any JSON value in any field of a page
+HOSTILE_VALUES = [None, True, 0, -1, 1.5, float("nan"), 1e308, "", "abc", "1", [], [1], [1, 2], ["a"], [[1]],
+                  [None], {}, {"a": 1}, [1, 2, 3, 4], [[1, 2, 3, 4, 5, 6]], [[0, 1]], [[0, 99]], [-1, -1, 5, 5],
+                  {"size": [H, W], "counts": "abc"}, {"size": [H, W], "counts": []}, [{"text": "x"}]]
+
+
+def _field_paths(node, prefix=()):
+    if prefix:
+        yield prefix
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in children:
+        yield from _field_paths(v, prefix + (k,))
+
+
+def _fuzzed(base, rng):
+    paths = list(_field_paths(base))
+    data = copy.deepcopy(base)
+    for _ in range(int(rng.integers(1, 4))):
+        node, path = data, paths[int(rng.integers(len(paths)))]
+        try:
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = copy.deepcopy(HOSTILE_VALUES[int(rng.integers(len(HOSTILE_VALUES)))])
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier mutation replaced a parent of this path
+    return data
+
+
+def test_random_hostile_values_are_bad_samples_never_bare_errors(tmp_path):
+    rng = np.random.default_rng(11)
+    coco = second_page(base_coco())
+    coco["annotations"][0].update(word_ids=[0], text="Total")
+    coco["images"][0].update(meta={"source": "scan"}, pdf_page=0)
+    coco["images"][0]["questions"].append({"text": "cell", "kind": "cell", "region_ids": [0],
+                                           "segmentation": encode_mask(np.eye(H, W, dtype=bool))})
+    dump(tmp_path, coco, images=("p.png", "q.png"))
+    root = write_funsd(tmp_path / "funsd", {"x": funsd_form()})
+    outcomes = {"loaded": 0, "bad": 0}
+    for _ in range(150):
+        path = dump(tmp_path, _fuzzed(coco, rng), images=())
+        try:
+            ds = CocoDocuments(path, image_dir=tmp_path, on_bad_sample="skip")
+            pages = [ds[i] for i in range(len(ds))]
+            outcomes["loaded"] += sum(p is not None for p in pages)
+            outcomes["bad"] += len(ds.bad_samples)
+        except BadSampleError as err:  # a broken index
+            assert err.path == str(path)
+            outcomes["bad"] += 1
+        form_file = root / "training_data" / "annotations" / "x.json"
+        form_file.write_text(json.dumps({"form": _fuzzed(funsd_form(), rng)}))
+        ds = FunsdDocuments(root, on_bad_sample="skip")
+        outcomes["loaded" if ds[0] is not None else "bad"] += 1
+        assert all(b.path in (str(form_file), str(ds.image_path(0))) for b in ds.bad_samples)
+    assert outcomes["bad"] > 100 and outcomes["loaded"] > 50  # the fuzzing hit both outcomes
+
+
 # ---------------------------------------------------------------------------------------------
 # (9) zero-area regions are dropped (with the questions and links that need them), warned once
 # and counted; the rest of the page is kept
