@@ -66,14 +66,14 @@ def _is_id(v) -> bool:
 
 def _int_list(value, path, what: str, field: str, fix: str) -> list[int]:
     if not isinstance(value, list) or not all(_is_int(v) for v in value):
-        raise BadSampleError(path, f"{what} has {field} {value!r}: need a list of integers", fix)
+        raise BadSampleError(path, f"{what} has {field} {value!r:.80}: need a list of integers", fix)
     return [int(v) for v in value]
 
 
 def _xywh_box(value, path, what: str, field: str = "bbox") -> list[float]:
     """COCO [x, y, width, height] -> [x0, y0, x1, y1]; anything but 4 numbers is a bad page."""
     if not isinstance(value, (list, tuple)) or len(value) != 4 or not all(_is_number(v) for v in value):
-        raise BadSampleError(path, f"{what} has {field} {value!r}: need 4 numbers [x, y, width, height]",
+        raise BadSampleError(path, f"{what} has {field} {value!r:.80}: need 4 numbers [x, y, width, height]",
                              f"fix the {field}, {_SKIP_HINT}")
     x, y, bw, bh = (float(v) for v in value)
     return [x, y, x + bw, y + bh]
@@ -140,7 +140,7 @@ def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path
     elif isinstance(segm, dict) and "counts" in segm and "size" in segm:
         rle_size, counts = segm["size"], segm["counts"]
         if not isinstance(rle_size, list) or len(rle_size) != 2 or not all(_is_int(v) for v in rle_size):
-            raise BadSampleError(path, f"{where} has an RLE with size {rle_size!r}, not [height, width]",
+            raise BadSampleError(path, f"{where} has an RLE with size {rle_size!r:.80}, not [height, width]",
                                  f"re-encode the mask, {_SKIP_HINT}")
         if [int(v) for v in rle_size] != [h, w]:
             raise BadSampleError(
@@ -160,7 +160,10 @@ def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path
             raise BadSampleError(
                 path, f"{where} has an RLE whose counts are not run lengths covering its {h}x{w} mask",
                 f"re-encode the mask (pycocotools.mask.encode), {_SKIP_HINT}")
-        rle = mask_util.frPyObjects(segm, h, w) if isinstance(counts, list) else {"size": [h, w], "counts": counts}
+        if isinstance(counts, list):
+            rle = mask_util.frPyObjects({"size": [h, w], "counts": [int(r) for r in runs]}, h, w)
+        else:
+            rle = {"size": [h, w], "counts": counts}
     else:
         raise BadSampleError(path, f"{where} has a segmentation that is neither polygons nor RLE",
                              f"use COCO polygons or RLE, {_SKIP_HINT}")
@@ -621,7 +624,8 @@ class CocoDocuments(Dataset):
         for link in entry.get("links") or []:
             if not isinstance(link, (list, tuple)) or len(link) != 2 or not all(_is_int(v) for v in link):
                 raise BadSampleError(self.annotation_file, f"link {link!r:.80} of {where} is not a pair of "
-                                     "region indices", f"write links as [[key_region, value_region], ...], {_SKIP_HINT}")
+                                     "region indices",
+                                     f"write links as [[key_region, value_region], ...], {_SKIP_HINT}")
             a, b = int(link[0]), int(link[1])
             if not (0 <= a < n and 0 <= b < n):
                 raise BadSampleError(self.annotation_file, f"link {list(link)} of {where} points outside "

@@ -141,7 +141,7 @@ def check_box_in_page(
     except (TypeError, ValueError):  # strings, nested lists, dicts: not four numbers
         b = None
     if b is None or b.shape != (4,) or not np.all(np.isfinite(b)):
-        raise BadSampleError(path, f"{what} has an invalid box {box!r}: need 4 finite numbers x0, y0, x1, y1",
+        raise BadSampleError(path, f"{what} has an invalid box {box!r:.80}: need 4 finite numbers x0, y0, x1, y1",
                              fix_tail)
     x0, y0, x1, y1 = b
     if x1 < x0 or y1 < y0:

@@ -199,6 +199,20 @@ def test_page_image_over_the_cap_is_rejected_from_its_header(tmp_path):
         CocoDocuments(dump(tmp_path, data, images=()), image_dir=tmp_path, max_page_pixels=1_000_000)[0]
 
 
+def test_page_cap_replaces_pillows_bomb_warning_but_not_its_error(tmp_path, monkeypatch):
+    path = tmp_path / "p.png"
+    Image.new("L", (600, 400), 255).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 200_000)  # 240 kP: Pillow warns, below 2x it errs
+    with pytest.raises(BadSampleError, match="implausibly large"):
+        load_page_image(path)  # no cap of ours: Pillow's warning is the limit
+    assert load_page_image(path, max_page_pixels=300_000).shape == (400, 600, 3)
+    with pytest.raises(BadSampleError, match="max_page_pixels"):
+        load_page_image(path, max_page_pixels=100_000)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100_000)
+    with pytest.raises(BadSampleError, match="implausibly large"):
+        load_page_image(path, max_page_pixels=300_000)  # over twice Pillow's limit: still refused
+
+
 # ---------------------------------------------------------------------------------------------
 # (7) hostile annotation fields: a BadSampleError naming the file and the item, never a bare error
 
@@ -233,7 +247,10 @@ COCO_PAGE_CASES = {
     "segmentation a string": (_set("annotations.0.segmentation", "abc"), "annotation id 100"),
     "RLE size strings": (_set("annotations.0.segmentation", {"size": ["a", "b"], "counts": "x"}), "annotation id 100"),
     "RLE size a number": (_set("annotations.0.segmentation", {"size": 5, "counts": "x"}), "annotation id 100"),
-    "RLE counts strings": (_set("annotations.0.segmentation", {"size": [H, W], "counts": ["a", "b"]}), "annotation id 100"),
+    "RLE counts strings": (_set("annotations.0.segmentation", {"size": [H, W], "counts": ["a", "b"]}),
+                           "annotation id 100"),
+    "RLE float runs": (_set("annotations.0.segmentation", {"size": [H, W], "counts": [0.5, H * W - 0.5]}),
+                       "annotation id 100"),
     "RLE counts a number": (_set("annotations.0.segmentation", {"size": [H, W], "counts": 5}), "annotation id 100"),
     # runs summing to less than H*W: pycocotools fills the rest of the mask with uninitialised memory
     "RLE string too short": (_set("annotations.0.segmentation",
