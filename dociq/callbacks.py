@@ -142,8 +142,9 @@ class SkippedPages(Callback):
                              batch_idx: int) -> None:
         skipped = int(batch.get("skipped", 0)) if isinstance(batch, Mapping) else 0
         self.total += skipped
-        pl_module.log("data/skipped", float(self.total), on_step=True, on_epoch=False,
-                      batch_size=1, reduce_fx="max")
+        if self.total:   # a column only when something was skipped
+            pl_module.log("data/skipped", float(self.total), on_step=True, on_epoch=False,
+                          batch_size=1, reduce_fx="max")
 
     def state_dict(self) -> dict:
         return {"total": self.total}
