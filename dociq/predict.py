@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from dociq.data.collate import DocumentCollator, lexical_match, resize_longest_side
 from dociq.data.errors import BOX_OVERSHOOT_TOLERANCE
+from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.data.ocr import OcrWords, make_ocr
 from dociq.data.schema import Page
@@ -89,7 +90,7 @@ class Predictor:
     @staticmethod
     def _image(image: Any) -> np.ndarray:
         if isinstance(image, (str, Path)):
-            return load_page_image(image)
+            return load_page_image(image, DEFAULT_MAX_PAGE_PIXELS)
         if isinstance(image, np.ndarray):
             if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
                 raise ValueError(f"image array must be uint8 [H, W, 3] RGB, got {image.dtype} {image.shape}")
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     from PIL import Image
 
     try:
-        image = load_page_image(args.image)          # before the model: a wrong path fails fast
+        image = load_page_image(args.image, DEFAULT_MAX_PAGE_PIXELS)  # before the model: a wrong path fails fast
         predictor = Predictor.from_checkpoint(args.checkpoint)
         masks, scores = predictor.predict(image, question=args.question, points=args.point, boxes=args.box,
                                           ocr=args.ocr)

@@ -111,3 +111,41 @@ def test_resume_keeps_the_metrics_history_and_drops_rows_it_replays(tmp_path):
     kept = [r for r in after if int(r["step"]) < 4]
     assert [r["train/loss"] for r in kept if r.get("train/loss")] == \
            [r["train/loss"] for r in before if int(r["step"]) < 4 and r.get("train/loss")]
+
+
+def test_resume_continues_the_tensorboard_history_and_the_wandb_run(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from test_resume import REPO
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    out = tmp_path / "outputs/pretrain/runs/crashed"
+
+    def run(extra):
+        from dociq.config import compose
+        from dociq.train import train
+
+        cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}", f"trainer.max_steps={MAX_STEPS}",
+                               "logger=many"] + extra)
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(out)
+            cfg.logger.wandb = OmegaConf.load(REPO / "configs/logger/wandb.yaml").wandb
+            cfg.logger.wandb.save_dir = str(out)
+        return train(cfg)
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(["+callbacks.crash._target_=test_exact_resume.CrashAt", f"+callbacks.crash.step={CRASH_STEP}"])
+    first_ids = {p.name.rsplit("-", 1)[-1] for p in out.glob("wandb/offline-run-*")}
+    assert len(first_ids) == 1
+    saved = torch.load(out / "checkpoints/last.ckpt", weights_only=True)["callbacks"]["LoggerRunIds"]
+    assert saved == {"wandb": next(iter(first_ids))}
+    run(["ckpt_path=last"])
+    # the resumed run logs to the same wandb run id (a second offline folder of the same run)
+    assert {p.name.rsplit("-", 1)[-1] for p in out.glob("wandb/offline-run-*")} == first_ids
+    # TensorBoard: the events written after the checkpoint by the first run are purged
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("train/loss")]
+    assert steps == list(range(MAX_STEPS)), steps
