@@ -123,6 +123,15 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
                      plugins=[AtomicCheckpointIO()])
 
 
+def finish_wandb_runs(trainer: L.Trainer) -> None:
+    """End this job's wandb run. Lightning leaves it open, and the next `train()` in the same process
+    (a Hydra multirun job, a test) would otherwise log into it instead of its own run."""
+    for lg in trainer.loggers:
+        run = getattr(lg, "_experiment", None) if type(lg).__name__ == "WandbLogger" else None
+        if run is not None and hasattr(run, "finish"):
+            run.finish()
+
+
 def has_validation(cfg: DictConfig) -> bool:
     return cfg.data.get("val_set") is not None and cfg.trainer.get("limit_val_batches", 1) != 0
 
@@ -145,7 +154,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer = build_trainer(cfg, resume)
     log.info("stage=%s  model=%s  optim=%s  output_dir=%s", cfg.stage.name, cfg.model.size,
              cfg.optim.optimizer._target_.rsplit(".", 1)[-1], cfg.paths.output_dir)
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    finally:
+        finish_wandb_runs(trainer)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
     ckpt_cb = trainer.checkpoint_callback
