@@ -2,7 +2,7 @@
 
 Every data set (synthetic, COCO, FUNSD, the engine's store) yields `Page` objects; the collator
 (`dociq.data.collate`) turns a list of pages into a batch dict with the keys in `BATCH_KEYS`.
-Every task consumes that dict. Keep DESIGN.md's batch table and this file in step.
+Every task consumes that dict. Keep the batch table of docs/design.md and this file in step.
 """
 from __future__ import annotations
 
