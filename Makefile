@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 RUN := recipe_$(shell date +%Y-%m-%d_%H-%M-%S)
 OUTPUTS = $${DOCIQ_ROOT:-.}/outputs
 
-.PHONY: install pretrain finetune test test-all clean
+.PHONY: install pretrain finetune test test-all notebook clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "" $(ARGS)
+
+# Opens notebooks/inspect_masks.ipynb in JupyterLab (installed on first use).
+# CKPT=<finetune checkpoint or model folder>, relative to here, shows a trained model.
+notebook: $(STAMP)
+	test -x $(VENV)/bin/jupyter-lab || $(PY) -m pip install -q -e '.[notebook]'
+	DOCIQ_CHECKPOINT=$(if $(CKPT),$(abspath $(CKPT)),$${DOCIQ_CHECKPOINT:-}) \
+		$(VENV)/bin/jupyter lab notebooks/inspect_masks.ipynb
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache
