@@ -74,8 +74,8 @@ def test_cli_writes_an_overlay(checkpoint, tmp_path, capsys):
     page = tmp_path / "page.png"
     Image.fromarray(np.full((100, 80, 3), 255, np.uint8)).save(page)
     out = tmp_path / "overlay.png"
-    main([str(checkpoint[0]), str(page), "--question", "the title", "--box", "5", "5", "40", "30",
-          "--out", str(out)])
+    assert main([str(checkpoint[0]), str(page), "--question", "the title", "--box", "5", "5", "40", "30",
+                 "--out", str(out)]) == 0
     assert Image.open(out).size == (80, 100)
     assert "predicted IoU" in capsys.readouterr().out
 
