@@ -127,6 +127,7 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
         # model built from a checkpoint, the folder's own copies for a model loaded from a folder.
         self.ocr_vocab_source: Path | None = None
         self.question_bpe_source: Path | None = None
+        self.model_card_text: str | None = None   # the folder's README.md: re-saving / push_to_hub keep it
 
     def hub_config(self) -> dict:
         """What config.json holds: the constructor's arguments (as this module has them) plus the
@@ -142,13 +143,22 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
         """The mixin's save_pretrained with config.json = `hub_config()` (also what push_to_hub writes)."""
         return super().save_pretrained(save_directory, config=config or self.hub_config(), **kwargs)
 
+    def generate_model_card(self, *args, **kwargs):
+        """The card of the folder this module was loaded from (with its metrics), unless card
+        arguments are given (export gives them)."""
+        from huggingface_hub import ModelCard
+
+        if self.model_card_text and not args and not kwargs:
+            return ModelCard(self.model_card_text)
+        return super().generate_model_card(*args, **kwargs)
+
     def _save_pretrained(self, save_directory: Path) -> None:
         super()._save_pretrained(save_directory)          # model.safetensors via safetensors.torch.save_model
         self._save_ocr_tokenizer(save_directory / OCR_TOKENIZER_DIR)
         if self.question_tokenizer:
             target = save_directory / QUESTION_TOKENIZER_DIR / self.question_tokenizer["bpe_file"]
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.question_bpe_source or _open_clip_bpe(), target)
+            _copy(Path(self.question_bpe_source or _open_clip_bpe()), target)
 
     def _save_ocr_tokenizer(self, target: Path) -> None:
         from dociq.data.tokenize import default_vocab_dir
@@ -162,7 +172,7 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
         # one the model was trained with, byte for byte.
         for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             if (source / name).is_file():
-                shutil.copyfile(source / name, target / name)
+                _copy(source / name, target / name)
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -181,6 +191,8 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
         except (RuntimeError, SafetensorError) as err:   # missing / unexpected / mis-shaped weights, bad file
             raise _weights_error(folder, err) from err
         segmenter.ocr_vocab_source = folder / OCR_TOKENIZER_DIR
+        card = folder / "README.md"
+        segmenter.model_card_text = card.read_text(encoding="utf-8") if card.is_file() else None
         if segmenter.question_tokenizer:
             segmenter.question_bpe_source = folder / QUESTION_TOKENIZER_DIR / config["question_tokenizer"]["bpe_file"]
         return segmenter
@@ -192,6 +204,11 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
             model_kwargs.pop(key, None)
         model = cls(**model_kwargs)
         return cls._load_as_safetensor(model, os.path.join(model_id, WEIGHTS_NAME), map_location, strict)
+
+
+def _copy(source: Path, target: Path) -> None:
+    if not (target.exists() and target.samefile(source)):     # re-saving into the folder it came from
+        shutil.copyfile(source, target)
 
 
 def _weights_error(folder: Path, err: RuntimeError) -> ValueError:
@@ -417,6 +434,13 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     return segmenter.eval(), ckpt
 
 
+def _is_dociq_folder(folder: Path) -> bool:
+    try:
+        return json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8")).get("library_name") == LIBRARY_NAME
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """A stage=finetune Lightning checkpoint -> a model folder (see the module doc). The folder is
     written next to `out_dir` under a temporary name and renamed into place when complete."""
@@ -425,8 +449,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
         if not overwrite:
             raise ValueError(f"output folder {out_dir} already exists and is not empty: give a new folder "
                              "(or --overwrite to replace an earlier export)")
-        if out_dir.is_dir() and not (out_dir / CONFIG_NAME).is_file():
-            raise ValueError(f"output folder {out_dir} is not an earlier dociq export (no {CONFIG_NAME}); "
+        if not _is_dociq_folder(out_dir):
+            raise ValueError(f"output folder {out_dir} is not an earlier dociq export (no dociq {CONFIG_NAME}); "
                              "refusing to replace it: give a new folder")
     segmenter, ckpt = segmenter_from_checkpoint(ckpt_path)
     run = _run_folder(ckpt_path)

@@ -73,6 +73,16 @@ def reference(finetune_checkpoint):
     return Predictor.from_checkpoint(finetune_checkpoint[0])
 
 
+def test_a_loaded_folder_saves_the_same_folder(exported, tmp_path, no_network_no_pickle):
+    """What push_to_hub uploads: save_pretrained of a loaded model, card and tokenizers included."""
+    DociqSegmenter.from_pretrained(exported).save_pretrained(tmp_path / "again")
+    for path in exported.rglob("*"):
+        if path.is_file() and path.name != "model.safetensors":
+            assert (tmp_path / "again" / path.relative_to(exported)).read_bytes() == path.read_bytes(), path
+    first, second = load_file(exported / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
 def test_predictor_matches_the_checkpoint_predictor(exported, reference, no_network_no_pickle):
     from dociq.data.synthetic import generate_page
 
