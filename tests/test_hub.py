@@ -99,6 +99,10 @@ def test_predictor_matches_the_checkpoint_predictor(exported, reference, no_netw
         assert masks.shape == ref_masks.shape == (len(scores), 176, 128)
         np.testing.assert_array_equal(masks, ref_masks)
         np.testing.assert_array_equal(scores, ref_scores)
+    from dociq.predict import Predictor   # Predictor.from_pretrained calls predictor_from_pretrained
+
+    _, scores = Predictor.from_pretrained(exported).predict(page.image, **prompts)
+    np.testing.assert_array_equal(scores, reference.predict(page.image, **prompts)[1])
 
 
 def test_settings_follow_the_checkpoint(finetune_checkpoint, tmp_path):
