@@ -57,7 +57,7 @@ class Region:
     """One region found on the page."""
     mask: np.ndarray                  # bool [H, W] at the page's size
     box: np.ndarray                   # float32 [4] x0, y0, x1, y1 pixels (x1, y1 exclusive)
-    score: float                      # the model's predicted IoU of the mask
+    score: float                      # the model's predicted IoU of the mask, clipped to [0, 1]
     stability: float                  # SAM's stability score of the mask's logits
     category: str = UNCLASSIFIED      # layout class, or "region" when no class answer matches
     category_score: float = 0.0       # mask IoU with the matched part of the class answer
@@ -339,7 +339,7 @@ class PageSegmenter:
         boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
         kept = nms(boxes, scores, self.box_nms_thresh)
         return [Region(mask=decode_rle(found.rles[i]), box=boxes[i].numpy().astype(np.float32),
-                       score=float(scores[i]), stability=float(found.stability[i]), seed=found.seeds[i],
+                       score=float(scores[i].clamp(0.0, 1.0)), stability=float(found.stability[i]), seed=found.seeds[i],
                        point=(float(found.points[i][0]), float(found.points[i][1])))
                 for i in kept.tolist()]
 

@@ -1,0 +1,238 @@
+"""Automatic page segmenter (dociq.automatic): seeds, stability, NMS, classes, COCO results, the
+pipeline on a scripted predictor, and on the fine-tune fixture's model."""
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from pycocotools import mask as mask_util
+from torchvision.ops import box_iou
+
+from dociq.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
+                             grid_points, group_lines, line_points, main, mask_boxes, nms, stability_score,
+                             to_coco_results)
+
+
+# ---- seeds -------------------------------------------------------------------------------------
+
+def test_words_group_into_lines_split_at_the_column_gutter():
+    # two columns (x 10..90 and 150..230), two text lines each; a word 2 px lower still joins its line
+    boxes = np.array([
+        [10, 10, 40, 20], [45, 12, 90, 22], [150, 10, 190, 20], [195, 10, 230, 20],    # line 1, both columns
+        [10, 30, 50, 40], [55, 30, 90, 40], [150, 31, 230, 41],                          # line 2
+    ], dtype=np.float32)
+    lines = group_lines(boxes)
+    assert sorted(map(sorted, lines)) == [[0, 1], [2, 3], [4, 5], [6]]
+    points = line_points(boxes)
+    assert points.shape == (4, 2)
+    for x, y in points:          # every click lies on a word of the page
+        assert ((boxes[:, 0] <= x) & (x <= boxes[:, 2]) & (boxes[:, 1] <= y) & (y <= boxes[:, 3])).any()
+    assert line_points(np.zeros((0, 4))).shape == (0, 2)
+
+
+def test_grid_points_are_cell_centres_inside_the_page():
+    pts = grid_points(4, (100, 200))
+    assert pts.shape == (16, 2)
+    assert sorted(set(pts[:, 0].tolist())) == [25.0, 75.0, 125.0, 175.0]
+    assert sorted(set(pts[:, 1].tolist())) == [12.5, 37.5, 62.5, 87.5]
+    with pytest.raises(ValueError, match="points_per_side=0"):
+        grid_points(0, (10, 10))
+
+
+# ---- mask quality and dedup --------------------------------------------------------------------
+
+def test_stability_score_equals_brute_force_iou():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, 17, 23, generator=g) * 3
+    logits[0, 0] = -10                                          # empty at both thresholds
+    got = stability_score(logits, threshold=0.5, offset=1.0)
+    for idx in np.ndindex(5, 3):
+        hi = set(zip(*np.nonzero(logits[idx].numpy() > 1.5)))
+        lo = set(zip(*np.nonzero(logits[idx].numpy() > -0.5)))
+        expected = len(hi & lo) / len(hi | lo) if hi | lo else 0.0
+        assert got[idx].item() == pytest.approx(expected), idx
+
+
+def test_nms_removes_a_duplicate_and_keeps_the_better_one():
+    boxes = torch.tensor([[10, 10, 50, 50], [11, 10, 50, 51], [60, 60, 90, 90]], dtype=torch.float32)
+    kept = nms(boxes, torch.tensor([0.7, 0.9, 0.8]), 0.7)
+    assert kept.tolist() == [1, 2]
+    assert nms(torch.zeros(0, 4), torch.zeros(0), 0.7).numel() == 0
+
+
+def test_mask_boxes_are_exclusive_pixel_boxes():
+    m = torch.zeros(1, 20, 30, dtype=torch.bool)
+    m[0, 5:9, 3:12] = True
+    assert mask_boxes(m).tolist() == [[3.0, 5.0, 12.0, 9.0]]
+
+
+# ---- classes and outputs -----------------------------------------------------------------------
+
+def _rect_mask(size, x0, y0, x1, y1):
+    m = np.zeros(size, dtype=bool)
+    m[y0:y1, x0:x1] = True
+    return m
+
+
+def _region(mask, category="region", score=0.9):
+    ys, xs = np.nonzero(mask)
+    box = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
+    return Region(mask=mask, box=box, score=score, stability=0.95, category=category)
+
+
+def test_regions_take_the_class_of_the_answer_part_they_match():
+    size = (100, 120)
+    tables = _rect_mask(size, 5, 5, 45, 40) | _rect_mask(size, 60, 5, 110, 40)    # "segment all tables": both
+    figure = _rect_mask(size, 5, 60, 60, 95)
+    regions = np.stack([_rect_mask(size, 60, 5, 110, 40),    # the second table exactly
+                        _rect_mask(size, 5, 60, 55, 95),     # most of the figure
+                        _rect_mask(size, 70, 60, 110, 95)])  # nothing the model named
+    got = assign_categories(regions, {"table": tables, "figure": figure}, min_iou=0.5)
+    assert got[0] == ("table", pytest.approx(1.0))           # IoU with its own table, not with the union
+    assert got[1][0] == "figure" and got[1][1] == pytest.approx(50 / 55)
+    assert got[2] == ("region", 0.0)
+
+
+def test_coco_results_round_trip_and_drop_unknown_classes():
+    size = (60, 80)
+    a = _rect_mask(size, 10, 5, 30, 25)
+    b = _rect_mask(size, 40, 30, 70, 50) | _rect_mask(size, 0, 55, 5, 60)
+    regions = [_region(a, "list_item", 0.8), _region(b, "table", 0.6), _region(a, "region", 0.5)]
+    results = to_coco_results(regions, image_id=7, category_ids={"List-item": 3, "TABLE": 1})
+    assert [r["category_id"] for r in results] == [3, 1]                  # names match across spellings
+    json.dumps(results)                                                    # str counts: JSON-safe
+    for r, region in zip(results, regions):
+        rle = dict(r["segmentation"], counts=r["segmentation"]["counts"].encode())
+        np.testing.assert_array_equal(mask_util.decode(rle).astype(bool), region.mask)
+        assert r["image_id"] == 7 and r["score"] == region.score and r["area"] == region.mask.sum()
+    assert results[1]["bbox"] == [0.0, 30.0, 70.0, 30.0]                  # x, y, w, h of both parts
+
+
+def test_overlay_tints_regions_and_leaves_the_rest():
+    image = np.full((80, 100, 3), 255, np.uint8)
+    region = _region(_rect_mask((80, 100), 40, 30, 90, 70), "table")
+    out = draw_overlay(image, [region])
+    assert out.shape == image.shape and out.dtype == np.uint8
+    assert (out[50, 60] != 255).any()                                     # inside: tinted
+    assert (out[5:25, 0:30] == 255).all() and (out[75:, :] == 255).all()  # away from it and its label
+
+
+# ---- the pipeline on a scripted predictor ------------------------------------------------------
+
+class ScriptedPredictor:
+    """Predictor stand-in: clicking inside one of `objects` returns that rectangle (candidate 0),
+    the same rectangle one pixel wider (candidate 1, a duplicate) and a blurry half page that is
+    unstable (candidate 2); a click elsewhere returns nothing. Class questions answer with the
+    union of that class's rectangles."""
+
+    def __init__(self, size, objects):
+        self.size, self.objects = size, objects          # [(class, (x0, y0, x1, y1))]
+        self.set_image_calls, self.point_batches, self.questions = 0, [], []
+
+    def set_image(self, image, words=None, word_boxes=None, ocr=None):
+        self.set_image_calls += 1
+        self.page = SimpleNamespace(original_size=image.shape[:2],
+                                    word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes)
+
+    def predict_masks(self, question=None, points=None, multimask_output=False, return_logits=False, **_):
+        h, w = self.size
+        if question is not None:
+            self.questions.append(list(question))
+            by_question = {q: name for name, q in LAYOUT_QUESTIONS.items()}
+            masks = np.zeros((len(question), h, w), bool)
+            for i, q in enumerate(question):
+                for name, (x0, y0, x1, y1) in self.objects:
+                    if name == by_question[q]:
+                        masks[i, y0:y1, x0:x1] = True
+            return masks, np.ones(len(question)), None
+        assert multimask_output and return_logits
+        points = np.asarray(points)
+        self.point_batches.append(len(points))
+        logits = np.full((len(points), 3, h, w), -8.0, np.float32)
+        iou = np.full((len(points), 3), 0.2, np.float32)
+        for i, (x, y) in enumerate(points[:, 0]):
+            for _name, (x0, y0, x1, y1) in self.objects:
+                if x0 <= x < x1 and y0 <= y < y1:
+                    logits[i, 0, y0:y1, x0:x1] = 8.0
+                    logits[i, 1, y0:y1, x0:x1 + 1] = 8.0
+                    logits[i, 2] = np.linspace(-1.2, 1.2, w)[None]                # gentle ramp: unstable
+                    iou[i] = [0.95, 0.9, 0.85]
+        return logits, iou, None
+
+
+def test_segment_embeds_once_filters_dedups_and_names_regions():
+    size = (96, 128)
+    objects = [("table", (8, 8, 60, 40)), ("figure", (70, 50, 120, 90)), ("table", (70, 8, 120, 40))]
+    predictor = ScriptedPredictor(size, objects)
+    segmenter = PageSegmenter(predictor, points_per_side=8, seeds=("grid",), points_per_batch=10,
+                              pred_iou_thresh=0.5, stability_score_thresh=0.9, min_region_area=16)
+    regions = segmenter.segment(np.full((*size, 3), 255, np.uint8))
+    assert predictor.set_image_calls == 1
+    assert predictor.point_batches == [10] * 6 + [4]                       # 64 grid clicks in batches
+    assert len(predictor.questions) == 1 and len(predictor.questions[0]) == len(LAYOUT_QUESTIONS)
+    assert len(regions) == 3                                               # one per object
+    got = sorted((r.category, tuple(int(v) for v in r.box)) for r in regions)
+    assert got == sorted((name, box) for name, box in objects)             # the exact candidate, not its twin
+    for r in regions:
+        assert r.mask.shape == size and r.score == pytest.approx(0.95) and r.stability == pytest.approx(1.0)
+        assert r.category_score == pytest.approx(1.0) and r.seed == "grid"
+
+
+def test_thresholds_filter_and_bad_settings_are_named():
+    size = (64, 64)
+    predictor = ScriptedPredictor(size, [("table", (8, 8, 40, 40))])
+    assert PageSegmenter(predictor, points_per_side=4, pred_iou_thresh=0.96).segment(
+        np.zeros((*size, 3), np.uint8)) == []
+    with pytest.raises(ValueError, match="seeds=.*choose one or more"):
+        PageSegmenter(predictor, seeds=("words",))
+    with pytest.raises(ValueError, match="pred_iou_thresh=1.5"):
+        PageSegmenter(predictor, pred_iou_thresh=1.5)
+    with pytest.raises(ValueError, match="points_per_side"):
+        PageSegmenter(predictor, points_per_side=0)
+
+
+# ---- the real model (the fine-tune fixture: untrained weights) --------------------------------
+
+@pytest.fixture(scope="module")
+def synthetic_page():
+    from dociq.data.synthetic import SyntheticDocuments
+
+    return SyntheticDocuments(1, image_size=160, seed=5)[0]
+
+
+def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
+    from dociq.predict import Predictor
+
+    page = synthetic_page
+    segmenter = PageSegmenter(Predictor.from_checkpoint(finetune_checkpoint[0]), points_per_side=4,
+                              pred_iou_thresh=0.0, stability_score_thresh=0.0, min_region_area=1)
+    regions = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
+    assert regions, "thresholds at 0 keep every non-empty candidate"
+    assert len({r.seed for r in regions} - {"grid", "ocr_lines"}) == 0
+    for r in regions:
+        assert r.mask.shape == page.image.shape[:2] and r.mask.dtype == bool and r.mask.any()
+        assert 0.0 <= r.score <= 1.0 and 0.0 <= r.stability <= 1.0
+        assert r.category in set(LAYOUT_QUESTIONS) | {"region"}
+    boxes = torch.tensor(np.stack([r.box for r in regions]))
+    iou = box_iou(boxes, boxes).fill_diagonal_(0)
+    assert iou.max() <= segmenter.box_nms_thresh
+
+
+def test_cli_writes_overlay_and_coco_results(finetune_checkpoint, synthetic_page, tmp_path, capsys):
+    from PIL import Image
+
+    page = synthetic_page
+    Image.fromarray(page.image).save(tmp_path / "page.png")
+    (tmp_path / "words.json").write_text(json.dumps(
+        [{"text": t, "box": [float(v) for v in b]} for t, b in zip(page.words, page.word_boxes)]))
+    args = [str(finetune_checkpoint[0]), str(tmp_path / "page.png"), "--words", str(tmp_path / "words.json"),
+            "--out", str(tmp_path / "o.png"), "--coco-json", str(tmp_path / "r.json"), "--points-per-side", "2",
+            "--pred-iou-thresh", "0", "--stability-score-thresh", "0", "--min-region-area", "1", "--no-classify"]
+    assert main(args) == 0
+    assert np.asarray(Image.open(tmp_path / "o.png")).shape == page.image.shape
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results and {r["category_id"] for r in results} == {len(LAYOUT_QUESTIONS) + 1}   # all "region"
+    assert "regions; overlay written to" in capsys.readouterr().out
+    assert main([str(finetune_checkpoint[0]), str(tmp_path / "nope.png")]) == 2
+    assert "nope.png does not exist" in capsys.readouterr().err
