@@ -227,7 +227,9 @@ def _weights_error(folder: Path, err: RuntimeError) -> ValueError:
 def check_model_folder(folder: Path) -> dict:
     """The folder's config.json after checking that the folder is a complete dociq model folder."""
     if not folder.exists():
-        raise _folder_error(folder, "does not exist", f"give the folder written by export; {EXPORT_HINT}")
+        raise _folder_error(folder, "does not exist", f"give the folder written by export ({EXPORT_HINT}); for a "
+                            "hub repository, download it first with huggingface_hub.snapshot_download(repo_id) "
+                            "and give the folder it returns")
     if not folder.is_dir():
         hint = "this is a Lightning checkpoint: " if folder.suffix in PICKLE_SUFFIXES else ""
         raise _folder_error(folder, "is a file, not a folder", f"{hint}{EXPORT_HINT}, then give DIR")
@@ -327,12 +329,24 @@ def _run_folder(ckpt_path: Path) -> Path | None:
     return ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else None
 
 
-def _read_hydra_config(run: Path | None) -> dict | None:
+def _read_hydra_config(run: Path | None):
+    """The run's `.hydra/config.yaml` (an OmegaConf DictConfig, interpolations unresolved), or None."""
     if run is None or not (run / ".hydra" / "config.yaml").is_file():
         return None
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=False)
+    return OmegaConf.load(run / ".hydra" / "config.yaml")
+
+
+def _hydra_value(hydra, key: str, default: Any) -> Any:
+    """`key` of the run's config; an interpolation this process cannot resolve (train.py's own
+    resolvers) counts as absent."""
+    if hydra is None:
+        return default
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(hydra, key, default=None, throw_on_resolution_failure=False)
+    return default if value is None else value
 
 
 def _number(value: Any) -> float | None:
@@ -410,21 +424,30 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
         raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model or "
                               "state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
     hydra = _read_hydra_config(_run_folder(path))
-    data_cfg = (hydra or {}).get("data") or {}
-    tokenizer_cfg = dict(data_cfg.get("tokenizer") or {})
     predictor_defaults = inspect.signature(Predictor.__init__).parameters
-    ocr_tokenizer = OcrTokenizer(vocab_dir=tokenizer_cfg.get("vocab_dir"),
-                                 **({"max_length": int(tokenizer_cfg["max_length"])}
-                                    if tokenizer_cfg.get("max_length") is not None else {}))
+    vocab_dir = _hydra_value(hydra, "data.tokenizer.vocab_dir", None)
+    if vocab_dir is not None and not Path(vocab_dir).is_dir():
+        raise FileNotFoundError(f"the run's .hydra/config.yaml sets data.tokenizer.vocab_dir={vocab_dir}, which does "
+                                f"not exist from {Path.cwd()}: run the export from the directory training ran in, "
+                                "or copy that tokenizer folder there")
+    max_length = _hydra_value(hydra, "data.tokenizer.max_length", None)
+    ocr_tokenizer = OcrTokenizer(vocab_dir=vocab_dir, **({} if max_length is None else {"max_length": int(max_length)}))
+    max_question_words = int(_hydra_value(hydra, "data.max_question_words",
+                                          predictor_defaults["max_question_words"].default))
     model_cfg = _without_file_paths(_plain(hparams["model"]))
     segmenter = DociqSegmenter(
         model=model_cfg, image_size=int(model_cfg["image_size"]), ocr=bool(hparams.get("ocr", True)),
         lexical_match=bool(hparams.get("lexical_match", True)),
-        max_question_words=int(data_cfg.get("max_question_words",
-                                            predictor_defaults["max_question_words"].default)),
+        max_question_words=max_question_words,
         ocr_tokenizer={"folder": OCR_TOKENIZER_DIR, "max_length": ocr_tokenizer.max_length,
                        "vocab_size": ocr_tokenizer.vocab_size})
     segmenter.ocr_vocab_source = Path(ocr_tokenizer.vocab_dir)
+    model_vocab = segmenter.model.text_encoder.vocab_size
+    if ocr_tokenizer.vocab_size > model_vocab:   # a checkpoint trained with another vocabulary than this one
+        raise CheckpointError(path, f"was trained with an OCR vocabulary of at most {model_vocab} ids, but the OCR "
+                              f"tokenizer {ocr_tokenizer.vocab_dir} has {ocr_tokenizer.vocab_size}",
+                              "export from the run folder (<run>/checkpoints/...) so its .hydra/config.yaml names "
+                              "the tokenizer (data.tokenizer.vocab_dir)")
     state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     result = segmenter.model.load_state_dict(state, strict=False)
     if result.missing_keys:
@@ -452,6 +475,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
         if not _is_dociq_folder(out_dir):
             raise ValueError(f"output folder {out_dir} is not an earlier dociq export (no dociq {CONFIG_NAME}); "
                              "refusing to replace it: give a new folder")
+    from omegaconf import OmegaConf
+
     segmenter, ckpt = segmenter_from_checkpoint(ckpt_path)
     run = _run_folder(ckpt_path)
     metrics, sources = checkpoint_metrics(ckpt, run)
@@ -459,7 +484,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
     card = {"title": out_dir.name, "source": str(ckpt_path), "step": ckpt.get("global_step"),
             "image_size": segmenter.image_size, "ocr": segmenter.ocr, "folder": f"path/to/{out_dir.name}",
             "metrics": _metrics_markdown(metrics, sources),
-            "hyper_parameters": _yaml(ckpt["hyper_parameters"]), "hydra_config": _yaml(hydra) if hydra else ""}
+            "hyper_parameters": _yaml(ckpt["hyper_parameters"]),
+            "hydra_config": "" if hydra is None else OmegaConf.to_yaml(hydra, resolve=False)}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:

@@ -121,6 +121,8 @@ def test_settings_follow_the_checkpoint(finetune_checkpoint, tmp_path):
 def test_model_card_holds_the_training_config_and_metrics(finetune_checkpoint, tmp_path):
     from huggingface_hub import ModelCard
 
+    from dociq.data.tokenize import default_vocab_dir
+
     ckpt, _ = finetune_checkpoint
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -131,8 +133,14 @@ def test_model_card_holds_the_training_config_and_metrics(finetune_checkpoint, t
     data["callbacks"] = {"ModelCheckpoint{'monitor': 'val/miou', 'mode': 'max'}": {
         "monitor": "val/miou", "best_model_score": torch.tensor(0.5), "current_score": torch.tensor(0.42)}}
     torch.save(data, run / "checkpoints" / "last.ckpt")
-    (run / ".hydra" / "config.yaml").write_text("seed: 7\nstage:\n  name: finetune\noptim:\n  lr: 0.0003\n"
-                                                 "data:\n  max_question_words: 9\n")
+    vocab = tmp_path / "my_vocab"          # a tokenizer folder with only vocab.txt, as data.tokenizer.vocab_dir
+    vocab.mkdir()
+    shutil.copyfile(default_vocab_dir() / "vocab.txt", vocab / "vocab.txt")
+    (run / ".hydra" / "config.yaml").write_text(
+        "seed: 7\nstage:\n  name: finetune\noptim:\n  lr: 0.0003\n"
+        "paths:\n  output_dir: ${unique_dir:${paths.log_dir}/finetune}\n"      # train.py's resolver: not here
+        f"data:\n  image_size: ${{model.image_size}}\n  max_question_words: 9\n"
+        f"  tokenizer:\n    vocab_dir: {vocab}\n    max_length: 200\n")
     (run / "csv" / "metrics.csv").write_text("step,train/loss,val/miou,val/box_miou\n"
                                              "10,1.5,0.31,0.2\n20,1.2,0.42,\n30,1.1,0.99,0.98\n")
     folder = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "carded")
@@ -147,7 +155,15 @@ def test_model_card_holds_the_training_config_and_metrics(finetune_checkpoint, t
     assert "lr: 0.0003" in text and "seed: 7" in text          # the Hydra config
     assert "loss_size: null" in text and "lexical_match: true" in text   # the hyper-parameters
     assert "predictor_from_pretrained" in text
-    assert json.loads((folder / "config.json").read_text())["max_question_words"] == 9   # data.max_question_words
+    assert "${unique_dir:${paths.log_dir}/finetune}" in text    # the config as written, not resolved
+    config = json.loads((folder / "config.json").read_text())
+    assert config["max_question_words"] == 9 and config["ocr_tokenizer"]["max_length"] == 200   # the run's data.*
+    assert sorted(p.name for p in (folder / "ocr_tokenizer").iterdir()) == ["vocab.txt"]     # from vocab_dir
+    assert predictor_from_pretrained(folder).collator.ocr_tokenizer.max_length == 200
+
+    (run / ".hydra" / "config.yaml").write_text(f"data:\n  tokenizer:\n    vocab_dir: {tmp_path / 'gone'}\n")
+    with pytest.raises(FileNotFoundError, match=r"data.tokenizer.vocab_dir=.*gone, which does not exist"):
+        export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "never")
 
 
 def _write_bad(folder, tmp_path, name):
