@@ -49,3 +49,62 @@ def test_cli_writes_json_and_names_a_missing_checkpoint(checkpoint, tmp_path, ca
     assert "| checkpoint | prompt | mIoU" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.ckpt")]) == 2
     assert "missing.ckpt does not exist" in capsys.readouterr().err
+
+
+# ---- --data coco: the automatic segmenter scored with COCO mAP ---------------------------------
+
+@pytest.fixture(scope="module")
+def coco_set(tmp_path_factory):
+    """A 2-page COCO folder as scripts/make_synthetic.py writes it (write_coco of synthetic pages)."""
+    from dociq.data.coco import write_coco
+    from dociq.data.synthetic import SyntheticDocuments
+
+    pages = SyntheticDocuments(2, image_size=160, seed=11)
+    return write_coco((pages[i] for i in range(2)), tmp_path_factory.mktemp("coco"))
+
+
+def test_coco_cli_prints_map_and_writes_json(checkpoint, coco_set, tmp_path, capsys):
+    out = tmp_path / "coco.json"
+    args = [str(checkpoint), "--data", "coco", "--annotations", str(coco_set), "--points-per-side", "3",
+            "--pred-iou-thresh", "0", "--stability-score-thresh", "0", "--json", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| checkpoint | type | AP | AP50 | AP75 |" in printed and "question mIoU" in printed
+    r = json.loads(out.read_text())[str(checkpoint)]
+    for t in ("bbox", "segm"):
+        assert {"AP", "AP50", "AP75", "per_class"} <= set(r[t]) and 0.0 <= r[t]["AP"] <= 1.0
+    assert r["pages"] == 2 and r["skipped_pages"] == 0 and r["regions"] >= 1
+    assert r["results"] + sum(r["dropped_regions"].values()) == r["regions"]
+    assert r["questions"]["count_layout"] >= 2 and 0.0 <= r["questions"]["miou"] <= 1.0
+    with pytest.raises(SystemExit):
+        main([str(checkpoint), "--data", "coco"])                           # no --annotations
+    assert "--data coco needs --annotations" in capsys.readouterr().err
+
+
+def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, coco_set, monkeypatch):
+    """With a segmenter that returns the annotated regions (and one unnamed region), the whole chain -
+    image ids, class names -> category ids, RLE results, COCOeval - must give AP 1 and count the drop."""
+    import numpy as np
+
+    from dociq.automatic import PageSegmenter, Region
+    from dociq.data.coco import CocoDocuments
+    from dociq.evaluate import evaluate_coco
+    from dociq.predict import Predictor
+
+    pages = [CocoDocuments(coco_set)[i] for i in range(2)]
+
+    def oracle(self, image, words=None, word_boxes=None, ocr=None):
+        self.predictor.set_image(image, words=words, word_boxes=word_boxes)
+        page = next(p for p in pages if np.array_equal(p.image, image))
+        regions = [Region(mask=r.mask, box=r.box, score=1.0, stability=1.0, category=r.label, category_score=1.0)
+                   for r in page.regions]
+        return regions + [Region(mask=page.regions[0].mask, box=page.regions[0].box, score=0.5, stability=1.0)]
+
+    monkeypatch.setattr(PageSegmenter, "segment", oracle)
+    r = evaluate_coco(Predictor.from_checkpoint(checkpoint), coco_set)
+    assert r["bbox"]["AP"] == pytest.approx(1.0) and r["segm"]["AP"] == pytest.approx(1.0)
+    assert all(c["AP"] == pytest.approx(1.0) for c in r["segm"]["per_class"].values() if c["AP"] is not None)
+    assert r["dropped_regions"] == {"region": 2} and r["unmatched_categories"] == []
+    assert r["results"] == sum(len(p.regions) for p in pages)
+    with pytest.raises(ValueError, match="'Picture' is not a category"):
+        evaluate_coco(Predictor.from_checkpoint(checkpoint), coco_set, category_map={"figure": "Picture"})
