@@ -41,7 +41,6 @@ from huggingface_hub import constants as hf_constants
 from safetensors import SafetensorError
 from torch import nn
 
-from dociq.models.segmenter import SegmentationModel
 
 LIBRARY_NAME = "dociq"
 FOLDER_FORMAT = 1                       # bump when the folder layout changes incompatibly
@@ -108,6 +107,8 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
     def __init__(self, model: dict, image_size: int, ocr: bool = True, lexical_match: bool = True,
                  max_question_words: int = 12, ocr_tokenizer: dict | None = None,
                  question_tokenizer: dict | None = None) -> None:
+        from dociq.models.segmenter import SegmentationModel   # here: it imports timm, open_clip, transformers
+
         super().__init__()
         self.model_config = dict(model)
         self.model = SegmentationModel.from_config(model)
@@ -410,8 +411,6 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     The Predictor settings are the ones `Predictor.from_checkpoint` uses; the OCR tokenizer and the
     question-word budget come from the run's Hydra config (data.tokenizer, data.max_question_words)
     when the run folder has one, else from the defaults the Predictor uses."""
-    from dociq.data.tokenize import OcrTokenizer
-    from dociq.predict import Predictor
     from dociq.tasks.checkpoint_io import CheckpointError, CheckpointNotFoundError, read_checkpoint
 
     path = Path(ckpt_path)
@@ -423,6 +422,9 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     if not hparams or "model" not in hparams or "state_dict" not in ckpt:
         raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model or "
                               "state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
+    from dociq.data.tokenize import OcrTokenizer   # after the checks: a wrong path fails without the model imports
+    from dociq.predict import Predictor
+
     hydra = _read_hydra_config(_run_folder(path))
     predictor_defaults = inspect.signature(Predictor.__init__).parameters
     vocab_dir = _hydra_value(hydra, "data.tokenizer.vocab_dir", None)
