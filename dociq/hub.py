@@ -528,7 +528,9 @@ def predictor_from_pretrained(directory: str | Path, device: str | torch.device 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m dociq.hub export CKPT DIR [--overwrite]`; a user's mistake is one line on stderr, exit 2."""
-    parser = argparse.ArgumentParser(prog="python -m dociq.hub",
+    # `dociq export ...` (dociq/cli.py sets argv[0] to "dociq export") or `python -m dociq.hub export ...`
+    prog = "dociq" if Path(sys.argv[0]).name.startswith("dociq") else "python -m dociq.hub"
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Model folders in the Hugging Face layout.")
     commands = parser.add_subparsers(dest="command", required=True)
     export = commands.add_parser("export", help="a stage=finetune checkpoint -> a model folder")
