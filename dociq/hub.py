@@ -203,7 +203,12 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
         """The mixin's local-folder path without its print and its pickle fallback: model.safetensors only."""
         for key in ("revision", "cache_dir", "force_download", "local_files_only", "token"):
             model_kwargs.pop(key, None)
-        model = cls(**model_kwargs)
+        try:
+            model = cls(**model_kwargs)
+        except (KeyError, TypeError, ValueError) as err:   # an edited or foreign model config
+            raise _folder_error(model_id, f"{CONFIG_NAME} describes a model dociq cannot build "
+                                f"({type(err).__name__}: {' '.join(str(err).split())[:300]})",
+                                f"restore the exported {CONFIG_NAME}, or {EXPORT_HINT} again") from err
         return cls._load_as_safetensor(model, os.path.join(model_id, WEIGHTS_NAME), map_location, strict)
 
 
@@ -259,9 +264,15 @@ def check_model_folder(folder: Path) -> dict:
         raise _folder_error(folder, f"has no {OCR_TOKENIZER_DIR}/vocab.txt (the OCR tokenizer)",
                             f"copy the whole folder again, or {EXPORT_HINT}")
     question = config.get("question_tokenizer") or {}
-    if question and not (folder / QUESTION_TOKENIZER_DIR / question.get("bpe_file", "")).is_file():
-        raise _folder_error(folder, f"has no {QUESTION_TOKENIZER_DIR}/{question.get('bpe_file')} (the question "
-                            "tokenizer)", f"copy the whole folder again, or {EXPORT_HINT}")
+    if question:
+        bpe = folder / QUESTION_TOKENIZER_DIR / str(question.get("bpe_file", ""))
+        if not bpe.is_file():
+            raise _folder_error(folder, f"has no {QUESTION_TOKENIZER_DIR}/{question.get('bpe_file')} (the question "
+                                "tokenizer)", f"copy the whole folder again, or {EXPORT_HINT}")
+        if question.get("bpe_sha256") and _sha256(bpe) != question["bpe_sha256"]:
+            raise _folder_error(folder, f"{QUESTION_TOKENIZER_DIR}/{bpe.name} is not the file {CONFIG_NAME} names "
+                                "(its sha256 differs): questions would be tokenized differently than in training",
+                                f"copy the whole folder again, or {EXPORT_HINT}")
     return config
 
 

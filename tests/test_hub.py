@@ -206,6 +206,19 @@ def test_clear_errors_for_wrong_folders(exported, tmp_path, no_network_no_pickle
     with pytest.raises(ValueError, match=r"garbage: model.safetensors does not match"):
         DociqSegmenter.from_pretrained(garbage)
 
+    edited = _write_bad(exported, tmp_path, "edited")
+    config = json.loads((edited / "config.json").read_text())
+    config["model"]["size"] = "enormous"
+    (edited / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"edited: config.json describes a model dociq cannot build .*enormous"):
+        DociqSegmenter.from_pretrained(edited)
+
+    other_bpe = _write_bad(exported, tmp_path, "other_bpe")
+    (other_bpe / "question_tokenizer" / "bpe_simple_vocab_16e6.txt.gz").write_bytes(b"\x1f\x8b other merges")
+    with pytest.raises(ValueError, match=r"other_bpe: question_tokenizer/bpe_simple_vocab_16e6.txt.gz is not the "
+                                         r"file config.json names"):
+        predictor_from_pretrained(other_bpe)
+
     no_vocab = _write_bad(exported, tmp_path, "no_vocab")
     shutil.rmtree(no_vocab / "ocr_tokenizer")
     with pytest.raises(ValueError, match=r"no_vocab: has no ocr_tokenizer/vocab.txt"):
