@@ -502,6 +502,9 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)            # mkdtemp makes 0700; the folder gets the usual mode
         segmenter.save_pretrained(tmp, model_card_kwargs=card)
         if out_dir.exists():
             shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()

@@ -44,6 +44,9 @@ def test_folder_layout(exported):
             "question_tokenizer/bpe_simple_vocab_16e6.txt.gz"} <= files
     assert not [f for f in files if os.path.splitext(f)[1] in PICKLE_SUFFIXES]
     assert not [p for p in exported.parent.iterdir() if p.name.endswith(".tmp")]   # the temporary folder is gone
+    umask = os.umask(0)
+    os.umask(umask)
+    assert exported.stat().st_mode & 0o777 == 0o777 & ~umask                       # not mkdtemp's 0700
     assert (exported / "ocr_tokenizer" / "vocab.txt").read_bytes() == (default_vocab_dir() / "vocab.txt").read_bytes()
     config = json.loads((exported / "config.json").read_text())
     assert config["library_name"] == "dociq" and config["image_size"] == 128
