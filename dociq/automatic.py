@@ -13,9 +13,10 @@ per region.
 How (segment_anything/automatic_mask_generator.py, rewritten for pages):
 1. seeds: a `points_per_side`² grid and/or one point per OCR text line (words grouped into lines
    by vertical overlap, split at wide gaps such as column gutters), on the middle word of the line;
+   optionally ("class_boxes") the box of every part of every class question's answer (step 5);
 2. the page (image + OCR words) is embedded once; the seeds are decoded `points_per_batch` at a
    time as single positive clicks, with the decoder's 3 multimask outputs (all 3 kept, or the one
-   with the highest predicted IoU when `multimask="best"`);
+   with the highest predicted IoU when `multimask="best"`), seed boxes as box prompts (one mask);
 3. each candidate must pass `pred_iou_thresh` (the IoU head) and `stability_score_thresh` (IoU of
    the masks thresholded at logit +offset and -offset, SAM's stability score) and cover at least
    `min_region_area` pixels; candidates are kept as RLE until the end;
@@ -46,7 +47,8 @@ from dociq.data.synthetic_questions import LAYOUT_PHRASES
 
 log = logging.getLogger(__name__)
 
-SEEDS = ("grid", "ocr_lines")
+SEEDS = ("grid", "ocr_lines", "class_boxes")
+DEFAULT_SEEDS = SEEDS
 # layout class -> the question asked for it: the first plural phrasing the model was trained on
 LAYOUT_QUESTIONS: dict[str, str] = {name: plural[0] for name, (_singular, plural) in LAYOUT_PHRASES.items()}
 UNCLASSIFIED = "region"
@@ -61,8 +63,8 @@ class Region:
     stability: float                  # SAM's stability score of the mask's logits
     category: str = UNCLASSIFIED      # layout class, or "region" when no class answer matches
     category_score: float = 0.0       # mask IoU with the matched part of the class answer
-    seed: str = "grid"                # "grid" or "ocr_lines": which seed point found it
-    point: tuple[float, float] = (0.0, 0.0)   # the seed click, page pixels (x, y)
+    seed: str = "grid"                # "grid", "ocr_lines" or "class_boxes": which seed found it
+    point: tuple[float, float] = (0.0, 0.0)   # the seed click (or seed box centre), page pixels (x, y)
 
     @property
     def area(self) -> int:
@@ -183,6 +185,12 @@ def instance_parts(mask: np.ndarray, min_area: int = 1) -> np.ndarray:
     return labels[None] == np.asarray(keep, dtype=labels.dtype).reshape(-1, 1, 1)
 
 
+def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
+    """float [P, 4] pixel boxes x0, y0, x1, y1 (exclusive) of every connected part of every answer."""
+    boxes = [mask_boxes(torch.from_numpy(instance_parts(a, min_area))) for a in answers]
+    return torch.cat(boxes).numpy() if boxes else np.zeros((0, 4), np.float32)
+
+
 def mask_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """bool [N, H, W] x bool [K, H, W] -> float [N, K] mask IoU."""
     if len(a) == 0 or len(b) == 0:
@@ -228,7 +236,8 @@ class PageSegmenter:
 
     predictor:        a `dociq.predict.Predictor` (set_image once, predict_masks per batch of seeds).
     points_per_side:  grid seeds per side (None or 0: no grid).
-    seeds:            which seeds: "grid", "ocr_lines" (one click per OCR text line).
+    seeds:            which seeds: "grid", "ocr_lines" (one click per OCR text line), "class_boxes"
+                      (the box of each part of each class question's answer, as a box prompt).
     multimask:        "all" (SAM: each of the 3 outputs is a candidate) or "best" (the one with
                       the highest predicted IoU per seed).
     pred_iou_thresh, stability_score_thresh, stability_score_offset, box_nms_thresh: as SAM's;
@@ -239,7 +248,7 @@ class PageSegmenter:
     min_class_iou:    a region takes a class when its IoU with a part of the answer reaches this.
     """
 
-    def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = SEEDS,
+    def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = DEFAULT_SEEDS,
                  points_per_batch: int = 32, multimask: str = "all", pred_iou_thresh: float = 0.5,
                  stability_score_thresh: float = 0.8, stability_score_offset: float = 1.0,
                  box_nms_thresh: float = 0.7, min_region_area: int = 64, classify: bool = True,
@@ -291,6 +300,7 @@ class PageSegmenter:
         """Regions of the page, best predicted IoU first."""
         self.predictor.set_image(image, words=words, word_boxes=word_boxes, ocr=ocr)   # embedded once
         page = self.predictor.page
+        answers = self.class_answers() if self.categories and (self.classify or "class_boxes" in self.seeds) else {}
         points, seed_names = self.seed_points(page.original_size, page.word_boxes)
         found = _Candidates()
         for start in range(0, len(points), self.points_per_batch):
@@ -299,10 +309,25 @@ class PageSegmenter:
                                                                  return_logits=True)   # [N, 3, H, W], [N, 3]
             self._add_batch(found, torch.as_tensor(logits), torch.as_tensor(iou), batch,
                             seed_names[start:start + self.points_per_batch])
+        if "class_boxes" in self.seeds:
+            boxes = part_boxes(answers.values(), self.min_region_area)
+            for start in range(0, len(boxes), self.points_per_batch):
+                batch = boxes[start:start + self.points_per_batch]
+                # a box prompt is not ambiguous: the single-mask output, as the model was trained
+                logits, iou, _low_res = self.predictor.predict_masks(boxes=batch, return_logits=True)  # [N, H, W]
+                centres = (batch[:, :2] + batch[:, 2:]) / 2
+                self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
+                                ["class_boxes"] * len(batch))
         regions = self._deduplicate(found)
-        if self.classify and regions and self.categories:
-            self._name_regions(regions)
+        if self.classify and regions and answers:
+            self._name_regions(regions, answers)
         return regions
+
+    def class_answers(self) -> dict[str, np.ndarray]:
+        """class name -> bool [H, W]: the model's answer to the class's question on the set page."""
+        names = list(self.categories)
+        answers, _scores, _low_res = self.predictor.predict_masks(question=[self.categories[n] for n in names])
+        return dict(zip(names, np.asarray(answers, dtype=bool)))
 
     def _add_batch(self, found: _Candidates, logits: torch.Tensor, iou: torch.Tensor, points: np.ndarray,
                    seed_names: list[str]) -> None:
@@ -343,10 +368,7 @@ class PageSegmenter:
                        point=(float(found.points[i][0]), float(found.points[i][1])))
                 for i in kept.tolist()]
 
-    def _name_regions(self, regions: list[Region]) -> None:
-        names = list(self.categories)
-        answers, _scores, _low_res = self.predictor.predict_masks(question=[self.categories[n] for n in names])
-        class_masks = dict(zip(names, np.asarray(answers, dtype=bool)))
+    def _name_regions(self, regions: list[Region], class_masks: dict[str, np.ndarray]) -> None:
         stacked = np.stack([r.mask for r in regions])
         for region, (name, iou) in zip(regions, assign_categories(stacked, class_masks, self.min_class_iou,
                                                                   self.min_region_area)):
@@ -432,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", help="a COCO annotation file whose category ids (matched by name) the "
                    "results use; default: the model's classes numbered from 1, as printed")
     p.add_argument("--points-per-side", type=int, default=16)
-    p.add_argument("--seeds", nargs="+", default=list(SEEDS), choices=list(SEEDS))
+    p.add_argument("--seeds", nargs="+", default=list(DEFAULT_SEEDS), choices=list(SEEDS),
+                   help="seed kinds (default: all); class_boxes prompts with the boxes of the class answers' parts")
     p.add_argument("--pred-iou-thresh", type=float, default=0.5)
     p.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--box-nms-thresh", type=float, default=0.7)

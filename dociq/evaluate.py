@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     coco.add_argument("--category-map", nargs="+", default=[], metavar="MODEL=COCO",
                       help="extra class name pairs, e.g. figure=Picture paragraph=Text")
     coco.add_argument("--points-per-side", type=int, default=16)
+    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines class_boxes "
+                      "(default: all three)")
     coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
     coco.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--threads", type=int, default=None)
@@ -250,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[path] = evaluate_coco(
                     load_predictor(path), args.annotations, args.image_dir, args.max_pages, args.ocr,
                     _category_map(args.category_map), points_per_side=args.points_per_side,
+                    **({"seeds": args.seeds} if args.seeds else {}),
                     pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
                 continue
             task = load_task(path)

@@ -128,15 +128,24 @@ class ScriptedPredictor:
 
     def __init__(self, size, objects):
         self.size, self.objects = size, objects          # [(class, (x0, y0, x1, y1))]
-        self.set_image_calls, self.point_batches, self.questions = 0, [], []
+        self.set_image_calls, self.point_batches, self.questions, self.box_prompts = 0, [], [], []
 
     def set_image(self, image, words=None, word_boxes=None, ocr=None):
         self.set_image_calls += 1
         self.page = SimpleNamespace(original_size=image.shape[:2],
                                     word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes)
 
-    def predict_masks(self, question=None, points=None, multimask_output=False, return_logits=False, **_):
+    def predict_masks(self, question=None, points=None, boxes=None, multimask_output=False, return_logits=False):
         h, w = self.size
+        if boxes is not None:                            # the object whose box it is, one mask each
+            assert not multimask_output and return_logits
+            self.box_prompts.extend(tuple(int(v) for v in b) for b in boxes)
+            logits = np.full((len(boxes), h, w), -8.0, np.float32)
+            for i, b in enumerate(boxes):
+                for _name, (x0, y0, x1, y1) in self.objects:
+                    if tuple(int(v) for v in b) == (x0, y0, x1, y1):
+                        logits[i, y0:y1, x0:x1] = 8.0
+            return logits, np.full(len(boxes), 0.9, np.float32), None
         if question is not None:
             self.questions.append(list(question))
             by_question = {q: name for name, q in LAYOUT_QUESTIONS.items()}
@@ -179,10 +188,22 @@ def test_segment_embeds_once_filters_dedups_and_names_regions():
         assert r.category_score == pytest.approx(1.0) and r.seed == "grid"
 
 
+def test_class_answer_parts_become_box_prompts():
+    size = (96, 128)
+    objects = [("table", (8, 8, 60, 40)), ("figure", (70, 50, 120, 90)), ("table", (70, 8, 120, 40))]
+    predictor = ScriptedPredictor(size, objects)
+    regions = PageSegmenter(predictor, seeds=("class_boxes",)).segment(np.zeros((*size, 3), np.uint8))
+    assert sorted(predictor.box_prompts) == sorted(box for _name, box in objects)   # one box per answer part
+    assert predictor.point_batches == [] and len(predictor.questions) == 1            # asked once, reused
+    got = sorted((r.category, tuple(int(v) for v in r.box), r.seed) for r in regions)
+    assert got == sorted((name, box, "class_boxes") for name, box in objects)
+    assert all(r.score == pytest.approx(0.9) for r in regions)
+
+
 def test_thresholds_filter_and_bad_settings_are_named():
     size = (64, 64)
     predictor = ScriptedPredictor(size, [("table", (8, 8, 40, 40))])
-    assert PageSegmenter(predictor, points_per_side=4, pred_iou_thresh=0.96).segment(
+    assert PageSegmenter(predictor, points_per_side=4, pred_iou_thresh=0.96, seeds=("grid",)).segment(
         np.zeros((*size, 3), np.uint8)) == []
     with pytest.raises(ValueError, match="seeds=.*choose one or more"):
         PageSegmenter(predictor, seeds=("words",))
@@ -209,7 +230,7 @@ def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
                               pred_iou_thresh=0.0, stability_score_thresh=0.0, min_region_area=1)
     regions = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
     assert regions, "thresholds at 0 keep every non-empty candidate"
-    assert len({r.seed for r in regions} - {"grid", "ocr_lines"}) == 0
+    assert {r.seed for r in regions} <= {"grid", "ocr_lines", "class_boxes"}
     for r in regions:
         assert r.mask.shape == page.image.shape[:2] and r.mask.dtype == bool and r.mask.any()
         assert 0.0 <= r.score <= 1.0 and 0.0 <= r.stability <= 1.0
