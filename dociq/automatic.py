@@ -527,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.coco_json).write_text(json.dumps(results))
         print(f"{len(results)} COCO results written to {args.coco_json} (category ids: "
               + ", ".join(f"{n}={i}" for n, i in category_ids.items()) + ")")
+        if len(results) < len(regions):
+            print(f"{len(regions) - len(results)} regions left out: their class has no category id")
     return 0
 
 

@@ -175,7 +175,10 @@ def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | No
             targets = torch.from_numpy(np.stack([q.mask for q in page.questions]))
             metrics.update(torch.from_numpy(masks), targets, [q.kind for q in page.questions])
     if not image_ids:
-        raise ValueError(f"{annotations}: no page could be read ({skipped} skipped): see the warnings above")
+        first = data.bad_samples[0] if data.bad_samples else None
+        reason = f"; the first: {first.path}: {first.reason}" if first else ""
+        raise ValueError(f"{annotations}: no page could be read ({skipped} skipped{reason}). Pages without "
+                         "'words' need --ocr tesseract (or --ocr pdf with the PDFs beside the images)")
     scores = coco_map(gt, results, image_ids=image_ids)
     out = {t: {k: v for k, v in scores[t].items() if k != "summary"} for t in ("bbox", "segm")}
     values = {k: float(v) for k, v in metrics.compute().items()}

@@ -108,3 +108,16 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
     assert r["results"] == sum(len(p.regions) for p in pages)
     with pytest.raises(ValueError, match="'Picture' is not a category"):
         evaluate_coco(Predictor.from_checkpoint(checkpoint), coco_set, category_map={"figure": "Picture"})
+
+
+def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_path):
+    from dociq.evaluate import evaluate_coco
+    from dociq.predict import Predictor
+
+    data = json.loads(coco_set.read_text())
+    for image in data["images"]:
+        del image["words"]                                   # DocLayNet / PubLayNet ship no words
+    bare = tmp_path / "no_words.json"
+    bare.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no page could be read.*no 'words'.*--ocr tesseract"):
+        evaluate_coco(Predictor.from_checkpoint(checkpoint), bare, image_dir=coco_set.parent / "images")
