@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import io
 import json
 import os
 import sqlite3
@@ -37,7 +38,8 @@ from typing import Iterator
 import numpy as np
 from pycocotools import mask as mask_util
 
-from dociq.data.image_io import load_page_image, save_page_image
+from dociq.data.errors import check_boxes_in_page
+from dociq.data.image_io import atomic_write_bytes, load_page_image
 
 DB_NAME = "engine.sqlite"
 PAGES_DIR = "pages"
@@ -290,12 +292,14 @@ class EngineStore:
         boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4) if len(words) else np.zeros((0, 4))
         if len(boxes) != len(words):
             raise ValueError(f"word_boxes: {len(boxes)} boxes for {len(words)} words. Fix: one box per word")
-        if not np.isfinite(boxes).all():
-            raise ValueError("word_boxes: contains NaN or infinity. Fix: give pixel boxes x0, y0, x1, y1")
         if not isinstance(split, str) or not split:
             raise ValueError(f"split: {split!r} is not a split name (e.g. 'train', 'heldout')")
         h, w = image.shape[:2]
+        # Boxes a little outside the page (rounding, OCR) are clipped; far outside or inverted is an
+        # error naming the word, so everything stored reads back through data=coco.
+        boxes = check_boxes_in_page(boxes, (h, w), source, lambda i: f"word_boxes[{i}] ({words[i]!r})")
         digest = image_sha256(image)
+        png = encode_png(image)  # before the write lock: encoding a big page takes a while
         with self._write() as c:
             cur = c.execute(
                 "INSERT INTO pages(id, width, height, source, split, words, word_boxes, sha256, created) "
@@ -305,7 +309,7 @@ class EngineStore:
             c.execute("UPDATE pages SET id = ? WHERE seq = ?", (page_id, cur.lastrowid))
             # The image is written inside the transaction: a crash before COMMIT leaves at worst an
             # unlisted PNG (overwritten when the id is next used), never a listed page without one.
-            save_page_image(image, self.page_path(page_id))
+            atomic_write_bytes(self.page_path(page_id), png)
             self._event(c, "page_added", page_id, None, source=str(source), split=split)
         return page_id
 
@@ -552,6 +556,14 @@ class EngineStore:
     def checkpoint(self) -> Path | None:
         value = self._setting("checkpoint")
         return None if value is None else Path(value)
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8), "RGB").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def image_sha256(image: np.ndarray) -> str:

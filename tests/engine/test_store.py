@@ -76,6 +76,19 @@ def test_pages_words_and_images_round_trip(store, tmp_path):
         store.page_words("p000099")
 
 
+def test_add_page_checks_words_and_image(store):
+    # a box just over the edge (rounding) is clipped; one far outside or inverted names the word
+    pid = store.add_page(_page(), ["edge"], np.array([[50, 40, W + 0.5, H + 0.3]]), source="scan.png")
+    np.testing.assert_allclose(store.page_words(pid)[1], [[50, 40, W, H]])
+    with pytest.raises(ValueError, match=r"scan2.png.*word_boxes\[1\] \('far'\)"):
+        store.add_page(_page(), ["ok", "far"], np.array([[0, 0, 5, 5], [0, 0, 5 * W, 5]]), source="scan2.png")
+    with pytest.raises(ValueError, match="word_boxes: 1 boxes for 2 words"):
+        store.add_page(_page(), ["a", "b"], np.array([[0, 0, 5, 5]]), source="x")
+    with pytest.raises(ValueError, match="image: need uint8"):
+        store.add_page(_page().astype(np.float32), [], np.zeros((0, 4)), source="x")
+    assert len(store.pages()) == 1
+
+
 def test_annotations_round_trip_undo_relabel_and_history(store):
     pid = store.add_page(_page(), ["a"], np.array([[0, 0, 5, 5]]), source="x")
     m1, m2, m3 = _mask(2, 3, 20, 30), _mask(30, 10, 40, 60), _mask(0, 0, 5, 5)
