@@ -1,0 +1,670 @@
+"""The data engine's server: model-assisted annotation in the browser (SAM's data engine loop).
+
+    python -m dociq.engine.server DATA_DIR --checkpoint run.ckpt            # http://127.0.0.1:8765/
+    python -m dociq.engine.server DATA_DIR --host 0.0.0.0 --token SECRET    # on a network: token required
+
+    from dociq.engine.server import create_app
+    app = create_app(EngineStore(data_dir), Predictor.from_checkpoint(ckpt), token=None)
+
+One process holds the store (`dociq.engine.store.EngineStore`), the model and an LRU of embedded
+pages (`dociq.engine.page_cache.PageCache`): a page is embedded once, then every click runs only
+the prompt encoder and mask decoder, with the previous low-res logits as the mask prompt. The JSON
+API is under /api (docs/engine_server.md), the Label Studio ML-backend protocol at the root
+(/health, /setup, /predict, /webhook: dociq.engine.label_studio), the browser UI at / (the files
+of dociq/engine/static, no build step, no CDN).
+
+Every mistake in a request is a 4xx with {"error": "..."}: malformed JSON or fields (422), an
+unknown page or annotation (404), a prompt outside the page (422, the Predictor's message), an
+upload too large (413) or not a PNG/JPEG/PDF (415), a file name with a path (400), no token (401).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import hmac
+import io
+import ipaddress
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+TOKEN_ENV = "DOCIQ_ENGINE_TOKEN"
+TOKEN_COOKIE = "dociq_engine_token"
+DEFAULT_PORT = 8765
+DEFAULT_MAX_UPLOAD_BYTES = 50 * 2**20
+MASK_COLOUR = (30, 144, 255)
+# magic bytes of the uploads the importer reads
+UPLOAD_TYPES = {b"\x89PNG\r\n\x1a\n": ".png", b"\xff\xd8\xff": ".jpg", b"%PDF-": ".pdf"}
+
+
+class RequestError(Exception):
+    """A client mistake the handlers report as `status` with `message` (never a 500)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# ---- masks on the wire ------------------------------------------------------------------------
+
+def mask_to_rle(mask: np.ndarray) -> dict:
+    """bool [H, W] -> COCO compressed RLE {"size": [H, W], "counts": str}."""
+    from pycocotools import mask as mask_util
+
+    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+
+
+def _counts_from_string(text: str) -> list[int]:
+    """pycocotools' compressed counts string -> run lengths (its rleFrString, in Python, so a
+    malformed string is a ValueError here and never reaches the C decoder unchecked)."""
+    counts, i = [], 0
+    while i < len(text):
+        x, k, more = 0, 0, True
+        while more:
+            if i >= len(text):
+                raise ValueError("mask.counts ends inside a number")
+            c = ord(text[i]) - 48
+            if not 0 <= c < 64:
+                raise ValueError(f"mask.counts has the character {text[i]!r}, not a COCO RLE string")
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            i, k = i + 1, k + 1
+            if not more and (c & 0x10):
+                x |= -1 << (5 * k)
+        if len(counts) > 2:
+            x += counts[-2]
+        counts.append(x)
+    return counts
+
+
+def rle_to_mask(rle: Any, size: tuple[int, int]) -> np.ndarray:
+    """A COCO RLE (compressed `counts` str or uncompressed list) of a page of `size` (H, W) -> bool
+    [H, W]; a wrong size or counts that do not cover the page exactly are a ValueError."""
+    if not isinstance(rle, dict) or "size" not in rle or "counts" not in rle:
+        raise ValueError('mask must be a COCO RLE {"size": [H, W], "counts": "..."}')
+    h, w = size
+    if list(rle["size"]) != [h, w]:
+        raise ValueError(f"mask.size {list(rle['size'])} is not the page's [H, W] = [{h}, {w}]")
+    counts = rle["counts"]
+    counts = _counts_from_string(counts) if isinstance(counts, str) else list(counts)
+    if any((not isinstance(c, (int, np.integer))) or c < 0 for c in counts):
+        raise ValueError("mask.counts has a negative or non-integer run length")
+    if sum(counts) != h * w:
+        raise ValueError(f"mask.counts covers {sum(counts)} pixels, the page has {h * w} (H x W)")
+    values = np.arange(len(counts)) % 2 == 1
+    flat = np.repeat(values, counts)
+    return flat.reshape(w, h).T.copy()          # COCO RLE runs down the columns
+
+
+def mask_png(mask: np.ndarray, colour: tuple[int, int, int] = MASK_COLOUR) -> str:
+    """bool [H, W] -> base64 palette PNG (0 transparent, 1 `colour`) the browser draws as is."""
+    from PIL import Image
+
+    image = Image.fromarray(mask.astype(np.uint8), mode="P")
+    image.putpalette([0, 0, 0, *colour] + [0] * (256 - 2) * 3)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", transparency=0, optimize=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def mask_box(mask: np.ndarray) -> list[float] | None:
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return None
+    return [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)]
+
+
+# ---- request bodies: unknown fields are refused (a typo is a 422, not silently ignored) ----
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PredictBody(Strict):
+    question: str | None = Field(None, max_length=500)
+    points: list[list[float]] | None = Field(None, max_length=64)
+    point_labels: list[int] | None = Field(None, max_length=64)
+    box: list[float] | None = Field(None, min_length=4, max_length=4)
+    use_previous: bool = False
+    session: str = Field("default", min_length=1, max_length=128)
+
+
+class ProposalsBody(Strict):
+    points_per_side: int | None = Field(None, ge=1, le=32)
+    refresh: bool = False
+
+
+class RleBody(BaseModel):
+    size: list[int] = Field(min_length=2, max_length=2)
+    counts: str | list[int]
+
+
+class AnnotationBody(Strict):
+    question: str = Field("", max_length=500)
+    category: str | None = Field(None, max_length=100)
+    status: Literal["accepted", "rejected"] = "accepted"
+    clicks: int = Field(0, ge=0, le=100000)
+    kind: str = "layout"
+    author: str = Field("", max_length=100)
+    seconds: float | None = Field(None, ge=0)
+    mask: RleBody | None = None
+    session: str = Field("default", min_length=1, max_length=128)
+
+
+class RelabelBody(Strict):
+    category: str | None = Field(None, max_length=100)
+    question: str | None = Field(None, max_length=500)
+
+
+class RetrainBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---- the engine's state -----------------------------------------------------------------------
+
+@dataclass
+class Engine:
+    """What the routes share: the store, the cache of embedded pages, options."""
+    store: Any
+    cache: Any
+    token: str | None = None
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    proposal_options: dict = field(default_factory=dict)
+    ls_question: str | None = None            # Label Studio pre-annotation: ask this instead of proposals
+    ls_ocr: str = "auto"                      # OCR of the images Label Studio tasks bring (importer modes)
+    model_version: str = "dociq"
+    proposals: dict = field(default_factory=dict)   # (page id, points_per_side) -> list of region dicts
+    retrain_state: dict = field(default_factory=lambda: {"running": False, "last": None, "error": None})
+    retrain_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.store.data_dir)
+
+    def page_size(self, page_id: str) -> tuple[int, int]:
+        record = self.store.page(page_id)            # UnknownPageError (KeyError) -> 404
+        return int(record.height), int(record.width)
+
+    def reload_model(self, checkpoint: Path) -> None:
+        """Predict with a new checkpoint from now on (a retrain round promoted it)."""
+        from dociq.predict import load_predictor
+
+        predictor = load_predictor(checkpoint)
+        self.cache.set_predictor(predictor)
+        self.proposals.clear()
+        self.model_version = model_version_of(checkpoint)
+
+
+def model_version_of(checkpoint: Path | str | None) -> str:
+    if checkpoint is None:
+        return "dociq-untrained"
+    path = Path(checkpoint)
+    stamp = int(path.stat().st_mtime) if path.exists() else 0
+    return f"dociq-{path.stem}-{stamp}"
+
+
+def retrain_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("dociq.engine.retrain") is not None
+
+
+# ---- auth -------------------------------------------------------------------------------------
+
+def _presented_token(request) -> tuple[str | None, bool]:
+    """(token the request carries, came from the query string)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value:
+        return value.strip(), False
+    if scheme.lower() == "basic" and value:          # Label Studio's ML-backend auth: user:token
+        try:
+            user_pass = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None, False
+        return user_pass.partition(":")[2], False
+    cookie = request.cookies.get(TOKEN_COOKIE)
+    if cookie:
+        return cookie, False
+    if request.method in ("GET", "HEAD") and request.query_params.get("token"):
+        return request.query_params["token"], True  # URLs the browser loads itself (<img>, the page)
+    return None, False
+
+
+def token_matches(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+# ---- the app ----------------------------------------------------------------------------------
+
+def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
+               max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, proposal_options: dict | None = None,
+               ls_question: str | None = None, ls_ocr: str = "auto", model_version: str | None = None):
+    """The FastAPI app of the engine.
+
+    store:            an `EngineStore`.
+    predictor:        a `dociq.predict.Predictor` (the cache embeds pages with it).
+    token:            when set, every request needs `Authorization: Bearer <token>` (or Basic with
+                      the token as password, Label Studio's way), or `?token=` on a GET the browser
+                      loads (which also sets an HttpOnly SameSite=Strict cookie for the page's
+                      later requests); otherwise 401.
+    cache_size:       embedded pages kept in memory (LRU).
+    max_upload_bytes: larger uploads get 413.
+    proposal_options: `PageSegmenter` keyword arguments for "propose all" (default: an 8x8 grid
+                      + one seed per OCR line, classes named).
+    ls_question:      Label Studio pre-annotations without a click: masks for this question instead
+                      of the page's proposals.
+    """
+    from dociq.engine.page_cache import PageCache
+
+    options = {"points_per_side": 8, "points_per_batch": 64}
+    options.update(proposal_options or {})
+    engine = Engine(store=store, cache=PageCache.from_store(predictor, store, capacity=cache_size), token=token,
+                    max_upload_bytes=int(max_upload_bytes), proposal_options=options, ls_question=ls_question,
+                    ls_ocr=ls_ocr, model_version=model_version or model_version_of(store.checkpoint()))
+    app = FastAPI(title="dociq data engine", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine = engine
+
+    # -- errors: JSON messages, never a traceback ----------------------------------------------
+    def error(status: int, message: str, **extra) -> JSONResponse:
+        return JSONResponse({"error": message, **extra}, status_code=status)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_request, err: RequestError):
+        return error(err.status, err.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request, err: RequestValidationError):
+        parts = []
+        for e in err.errors():
+            if e.get("type") == "json_invalid":
+                parts.append(f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'decode error')})")
+                continue
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        return error(422, "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(KeyError)                  # UnknownPageError, UnknownAnnotationError
+    async def _not_found(_request, err: KeyError):
+        return error(404, str(err.args[0]) if err.args else "not found")
+
+    @app.exception_handler(ValueError)                # dociq's checks name the field and the fix
+    async def _bad_value(_request, err: ValueError):
+        return error(422, " ".join(str(err).split()))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request, err: Exception):
+        log.exception("engine: unexpected error")
+        return error(500, f"internal error ({type(err).__name__}); the server log has the details")
+
+    # -- auth and upload size: before any route reads the body ---------------------------------
+    @app.middleware("http")
+    async def _guard(request: Request, call_next):
+        set_cookie = False
+        if engine.token is not None:
+            given, from_query = _presented_token(request)
+            if not token_matches(given, engine.token):
+                return JSONResponse({"error": "unauthorized: send 'Authorization: Bearer <token>' (the token "
+                                              f"the server was started with, --token or {TOKEN_ENV})"},
+                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            set_cookie = from_query
+        if request.url.path == "/api/uploads":
+            length = request.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > engine.max_upload_bytes + 2**20:
+                return error(413, f"upload of {int(length)} bytes exceeds the limit of "
+                                  f"{engine.max_upload_bytes} bytes: split it into smaller files")
+        response = await call_next(request)
+        if set_cookie:
+            response.set_cookie(TOKEN_COOKIE, engine.token, httponly=True, samesite="strict")
+        return response
+
+    # -- pages ---------------------------------------------------------------------------------
+    @app.get("/api/pages")
+    def list_pages():
+        return {"pages": [{"id": p.id, "width": p.width, "height": p.height, "source": p.source, "split": p.split,
+                           "num_words": p.num_words, "num_accepted": p.num_accepted} for p in store.pages()],
+                "progress": store.progress()}
+
+    @app.get("/api/pages/{page_id}")
+    def get_page(page_id: str):
+        record = store.page(page_id)
+        words, boxes = store.page_words(page_id)
+        annotations = [a.to_json() for a in store.annotations(page_id, status=None)]
+        return {"id": record.id, "width": record.width, "height": record.height, "source": record.source,
+                "split": record.split, "num_accepted": record.num_accepted,
+                "words": [{"text": t, "box": [float(v) for v in b]} for t, b in zip(words, boxes)],
+                "annotations": annotations}
+
+    @app.get("/api/pages/{page_id}/image")
+    def page_image(page_id: str):
+        store.page(page_id)
+        path = store.page_path(page_id)
+        if not path.is_file():
+            raise RequestError(404, f"the image of page {page_id} is missing from {path.parent}")
+        return FileResponse(path, media_type="image/png")
+
+    @app.post("/api/pages/{page_id}/predict")
+    def predict(page_id: str, body: PredictBody):
+        store.page(page_id)
+        if body.question is None and body.points is None and body.box is None:
+            if not (body.use_previous and engine.cache.last(body.session, page_id) is not None):
+                raise RequestError(422, "predict needs a prompt: question, points (with point_labels) and/or box")
+        if body.points is not None and any(len(p) != 2 for p in body.points):
+            raise RequestError(422, "points must be [[x, y], ...] pixel coordinates of the page")
+        question = body.question if body.question and body.question.strip() else None
+        if body.question is not None and question is None and body.points is None and body.box is None:
+            raise RequestError(422, "question is empty: ask something (e.g. 'the page footer') or click")
+        result = engine.cache.predict(page_id, session=body.session, question=question, points=body.points,
+                                      point_labels=body.point_labels, box=body.box, use_previous=body.use_previous)
+        return {"page_id": page_id, "mask": mask_to_rle(result.mask), "mask_png": mask_png(result.mask),
+                "score": result.score, "area": int(result.mask.sum()), "box": mask_box(result.mask),
+                "server_ms": round(result.server_ms, 2), "embedded": result.embedded, "session": body.session}
+
+    @app.post("/api/pages/{page_id}/proposals")
+    def proposals(page_id: str, body: ProposalsBody | None = None):
+        body = body or ProposalsBody()
+        store.page(page_id)
+        regions, ms = page_proposals(engine, page_id, body.points_per_side, body.refresh)
+        return {"page_id": page_id, "regions": regions, "server_ms": round(ms, 2)}
+
+    # -- annotations ---------------------------------------------------------------------------
+    @app.post("/api/pages/{page_id}/annotations", status_code=201)
+    def save(page_id: str, body: AnnotationBody):
+        size = engine.page_size(page_id)
+        if body.mask is not None:
+            mask = rle_to_mask(body.mask.model_dump(), size)
+        else:
+            last = engine.cache.last(body.session, page_id)
+            if last is None:
+                raise RequestError(422, f"no mask: send mask (COCO RLE) or predict on page {page_id} first in "
+                                        f"session {body.session!r} (the last prediction is saved)")
+            mask = last.mask
+        question = body.question
+        if not question.strip() and body.mask is None:
+            last = engine.cache.last(body.session, page_id)
+            question = (last.question or "") if last is not None else ""
+        ann_id = store.save_annotation(page_id, mask, question, category=body.category or None, status=body.status,
+                                       clicks=body.clicks, kind=body.kind, author=body.author, seconds=body.seconds)
+        if body.mask is None:
+            engine.cache.forget_last(body.session, page_id)   # the next object starts from scratch
+        return {"id": ann_id, "page_id": page_id, "status": body.status, "area": int(mask.sum())}
+
+    @app.post("/api/annotations/{annotation_id}/undo")
+    def undo(annotation_id: int):
+        store.undo(annotation_id)
+        return {"id": annotation_id, "undone": True}
+
+    @app.patch("/api/annotations/{annotation_id}")
+    def relabel(annotation_id: int, body: RelabelBody):
+        store.relabel(annotation_id, category=body.category, question=body.question)
+        return store.annotation(annotation_id).to_json()
+
+    @app.get("/api/progress")
+    def progress():
+        return store.progress()
+
+    @app.get("/api/export")
+    def export(split: str | None = None):
+        from dociq.engine.coco_export import export_coco
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = export_coco(store, Path(tmp) / "export.json", split=split)
+            return Response(Path(path).read_bytes(), media_type="application/json")
+
+    # -- uploads -------------------------------------------------------------------------------
+    @app.post("/api/uploads", status_code=201)
+    def upload(files: list[UploadFile] = File(...), ocr: str = Form("auto")):
+        if ocr not in ("auto", "tesseract", "pdf", "none"):
+            raise RequestError(422, f"ocr={ocr!r}: use auto, tesseract, pdf or none")
+        return import_uploads(engine, files, ocr)
+
+    # -- retrain -------------------------------------------------------------------------------
+    @app.post("/api/retrain")
+    def retrain(body: RetrainBody | None = None):
+        return start_retrain(engine, (body.model_dump() if body else {}))
+
+    @app.get("/api/retrain")
+    def retrain_status():
+        return {"available": retrain_available(), **engine.retrain_state}
+
+    # -- Label Studio ML backend (root paths) ---------------------------------------------------
+    from dociq.engine.label_studio import register_routes
+
+    register_routes(app, engine)
+
+    # -- the browser UI ------------------------------------------------------------------------
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/")
+    def index(request: Request):
+        if "text/html" not in request.headers.get("accept", ""):   # Label Studio checks GET / as health
+            return {"status": "UP", "model_class": "DociqEngine", "model_version": engine.model_version}
+        return HTMLResponse((STATIC_DIR / "index.html").read_text(encoding="utf-8"))
+
+    return app
+
+
+# ---- proposals ----------------------------------------------------------------------------------
+
+def page_proposals(engine: Engine, page_id: str, points_per_side: int | None = None,
+                   refresh: bool = False) -> tuple[list[dict], float]:
+    """The automatic segmenter's regions of a page (cached per page until the model changes)."""
+    from dociq.automatic import PageSegmenter
+    from dociq.engine.page_cache import ActivePagePredictor
+
+    options = dict(engine.proposal_options)
+    if points_per_side is not None:
+        options["points_per_side"] = points_per_side
+    key = (page_id, options.get("points_per_side"))
+    start = time.perf_counter()
+    if refresh or key not in engine.proposals:
+        def run(predictor):
+            page = predictor.page
+            segmenter = PageSegmenter(ActivePagePredictor(predictor), **options)
+            return segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
+        regions = engine.cache.run(page_id, run)
+        engine.proposals[key] = [{"index": i, "mask": mask_to_rle(r.mask), "mask_png": mask_png(r.mask),
+                                  "box": [float(v) for v in r.box], "score": float(r.score),
+                                  "category": r.category, "area": r.area} for i, r in enumerate(regions)]
+    return engine.proposals[key], 1e3 * (time.perf_counter() - start)
+
+
+# ---- uploads -----------------------------------------------------------------------------------
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def check_upload_name(name: str | None) -> str:
+    """A plain file name: no folders, no '..', not absolute -> 400 otherwise."""
+    if not name or not name.strip():
+        raise RequestError(400, "the upload has no file name: send the file with its name (e.g. page.png)")
+    if "\x00" in name or name.startswith(("/", "\\")) or _DRIVE.match(name):
+        raise RequestError(400, f"file name {name!r} is an absolute path: send the file's name only")
+    parts = re.split(r"[\\/]", name)
+    if ".." in parts:
+        raise RequestError(400, f"file name {name!r} climbs out of its folder ('..'): send the file's name only")
+    if len(parts) > 1:
+        raise RequestError(400, f"file name {name!r} has folders: send the file's name only")
+    if name in (".", "..") or name.startswith("."):
+        raise RequestError(400, f"file name {name!r} is hidden or special: send a name like page.png")
+    return name
+
+
+def upload_suffix(head: bytes, name: str) -> str:
+    for magic, suffix in UPLOAD_TYPES.items():
+        if head.startswith(magic):
+            return suffix
+    raise RequestError(415, f"{name}: not a PNG, JPEG or PDF (by its first bytes); upload page images or PDFs")
+
+
+def import_uploads(engine: Engine, files: list, ocr: str) -> dict:
+    """Check every file (name, size, type) before any is imported, then import them into the store."""
+    from dociq.engine.importer import import_folder
+
+    if not files:
+        raise RequestError(422, "no files: send one or more PNG/JPEG/PDF files in the 'files' field")
+    folder = engine.data_dir / "uploads" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    checked = []
+    total = 0
+    for upload in files:
+        name = check_upload_name(upload.filename)
+        data = upload.file.read(engine.max_upload_bytes + 1)
+        total += len(data)
+        if len(data) > engine.max_upload_bytes or total > engine.max_upload_bytes:
+            raise RequestError(413, f"{name}: the upload exceeds the limit of {engine.max_upload_bytes} bytes")
+        suffix = upload_suffix(data[:8], name)
+        stem = Path(name).stem or "upload"
+        checked.append((f"{stem}{suffix}", data))
+    if len({n for n, _ in checked}) != len(checked):
+        raise RequestError(400, "two uploads have the same name: rename one")
+    folder.mkdir(parents=True, exist_ok=False)
+    for name, data in checked:
+        (folder / name).write_bytes(data)
+    result = import_folder(engine.store, folder, ocr=ocr)
+    skipped = [{"name": s.name, "reason": s.reason} for s in result.skipped]
+    if not result and not result.existing:
+        reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped) or "no pages found"
+        raise RequestError(422, f"nothing was imported ({reasons})")
+    return {"pages": list(result), "existing": list(result.existing), "skipped": skipped}
+
+
+# ---- retrain -----------------------------------------------------------------------------------
+
+def start_retrain(engine: Engine, options: dict) -> Any:
+    """Run a retrain round in a background thread (dociq.engine.retrain.run_round); 501 when that
+    module is not part of this installation."""
+    if not retrain_available():
+        return JSONResponse({"error": "retraining is not available: dociq.engine.retrain is not installed in "
+                                      "this version; export the annotations (GET /api/export) and fine-tune "
+                                      "with `python train.py stage=finetune data=coco ...`"}, status_code=501)
+    with engine.retrain_lock:
+        if engine.retrain_state["running"]:
+            return JSONResponse({"error": "a retrain round is already running: wait for it (GET /api/retrain)"},
+                                status_code=409)
+        engine.retrain_state.update(running=True, error=None, started=time.time())
+
+    def job():
+        from dociq.engine.retrain import run_round
+
+        try:
+            result = run_round(engine.store, **options)
+            engine.retrain_state["last"] = result if isinstance(result, (dict, list, str, int, float)) else str(result)
+            checkpoint = engine.store.checkpoint()
+            if checkpoint is not None and model_version_of(checkpoint) != engine.model_version:
+                engine.reload_model(checkpoint)
+        except Exception as err:   # noqa: BLE001 — reported through GET /api/retrain
+            log.exception("engine: retrain round failed")
+            engine.retrain_state["error"] = " ".join(str(err).split()) or type(err).__name__
+        finally:
+            engine.retrain_state["running"] = False
+
+    threading.Thread(target=job, name="dociq-retrain", daemon=True).start()
+    return JSONResponse({"started": True, "status": "GET /api/retrain"}, status_code=202)
+
+
+# ---- serving -----------------------------------------------------------------------------------
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False            # a host name other than localhost: assume it is reachable
+
+
+def check_bind(host: str, token: str | None) -> str | None:
+    """The token to use for `host`: loopback needs none; any other address prints a warning and
+    requires one (--token or DOCIQ_ENGINE_TOKEN), else a ValueError refuses to start."""
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 8:
+        raise ValueError(f"the token is {len(token)} characters long: use at least 8 (e.g. `python -c "
+                         "'import secrets; print(secrets.token_urlsafe())'`)")
+    if not is_loopback(host):
+        print(f"WARNING: --host {host} is not a loopback address: the engine (pages, annotations, uploads) "
+              "is reachable from the network. Every request must carry the token.", file=sys.stderr)
+        if token is None:
+            raise ValueError(f"--host {host} exposes the engine to the network and no token is set: give "
+                             f"--token SECRET or set {TOKEN_ENV}, or bind --host 127.0.0.1")
+    return token
+
+
+def build_app(data_dir: str | Path, checkpoint: str | Path | None = None, token: str | None = None,
+              device: str = "cpu", create: bool = False, **options):
+    """The app for a store folder and a checkpoint (default: the store's promoted checkpoint)."""
+    from dociq.engine.store import EngineStore
+    from dociq.predict import load_predictor
+
+    store = EngineStore(data_dir, create=create)
+    checkpoint = checkpoint or store.checkpoint()
+    if checkpoint is None:
+        raise ValueError(f"no checkpoint: give --checkpoint CKPT (a stage=finetune .ckpt or a model folder); the "
+                         f"store {store.data_dir} has none promoted yet")
+    predictor = load_predictor(checkpoint, device)
+    return create_app(store, predictor, token=token, model_version=model_version_of(checkpoint), **options)
+
+
+def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str = "127.0.0.1",
+          port: int = DEFAULT_PORT, token: str | None = None, **options) -> None:
+    """Run the engine with uvicorn (blocks). A non-loopback host needs a token."""
+    import uvicorn
+
+    token = check_bind(host, token)
+    app = build_app(data_dir, checkpoint, token=token, **options)
+    where = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    print(f"dociq engine: open {where}", file=sys.stderr)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dociq engine", description="The data engine: annotate pages in the browser "
+                                "with the model's help (docs/engine_server.md).")
+    p.add_argument("data_dir", help="the engine store folder (engine.sqlite + pages/)")
+    p.add_argument("--checkpoint", help="a stage=finetune .ckpt or model folder (default: the store's checkpoint)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--token", default=None, help=f"require 'Authorization: Bearer TOKEN' (or set {TOKEN_ENV})")
+    p.add_argument("--create", action="store_true", help="create the store folder when it does not exist")
+    p.add_argument("--cache-size", type=int, default=16, help="embedded pages kept in memory (default 16)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--ls-question", default=None,
+                   help="Label Studio pre-annotation without clicks: this question instead of the page's proposals")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        serve(args.data_dir, args.checkpoint, host=args.host, port=args.port, token=args.token,
+              device=args.device, create=args.create, cache_size=args.cache_size, ls_question=args.ls_question)
+    except (FileNotFoundError, ValueError) as err:
+        if args.debug:
+            raise
+        print(f"dociq engine: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
