@@ -1,0 +1,446 @@
+"""One retrain round of the data engine: the annotators' accepted masks become training data.
+
+    result = run_round(store, steps=300)          # export -> fine-tune -> evaluate -> promote or refuse
+    dociq engine retrain --data DIR --steps 300   # the same from the command line (`main`)
+
+A round
+  1. exports the accepted annotations of the store's `train` pages (and, for inspection, of its
+     `heldout` pages) as COCO JSON (`dociq.engine.coco_export.export_coco`);
+  2. fine-tunes FROM the current checkpoint (`store.checkpoint()`, else `base_checkpoint`) with
+     `python train.py stage=finetune init.from=<ckpt>` in a subprocess, on the user's pages MIXED
+     with synthetic pages (`MixedDocuments`): a few hundred pages of one user's documents alone
+     would make the model forget the rest of its training distribution. The run's Hydra config
+     groups (data, model, callbacks) are written to `<round dir>/conf/` and passed with
+     `--config-dir`; the model group is the checkpoint's own model config, so any model size works;
+  3. evaluates the old and the new checkpoint on the held-out pages' accepted annotations
+     (per-prompt IoU of the question's mask; mean = mIoU);
+  4. promotes the new checkpoint (`store.set_checkpoint`) only if held-out mIoU does not drop by
+     more than `tolerance` (default 0: new >= old), else keeps the old one ("refused");
+  5. records the round (`store.record_round`).
+Everything a round writes goes to `<data>/rounds/round_<k>/` (exports, conf, train/ with the log
+and checkpoints, round.json). A failed training run changes nothing in the store: the error names
+its log file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+log = logging.getLogger(__name__)
+
+TRAIN_SPLIT = "train"
+HELDOUT_SPLIT = "heldout"
+ROUNDS_DIR = "rounds"
+DEFAULT_LR = 2e-4          # a tenth-ish of the fine-tuning recipe's 1e-3: the model is already trained
+DEFAULT_HELDOUT_MIN = 8    # fewer held-out prompts than this cannot tell a better model from noise
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RoundFailedError(RuntimeError):
+    """The training subprocess of a round failed; the store and its checkpoint are unchanged."""
+
+    def __init__(self, message: str, log_path: Path):
+        super().__init__(message)
+        self.log_path = log_path
+
+
+# ---------------------------------------------------------------------------------------------
+# the training data: the user's pages mixed with synthetic ones
+
+
+class MixedDocuments(Dataset):
+    """The user's pages with synthetic pages interleaved, a `synthetic_fraction` share of items.
+
+    Item i is synthetic when floor((i + 1) f) > floor(i f) (f = synthetic_fraction): every prefix
+    of the data set holds round-down(n f) synthetic items, so the mix is exact and deterministic,
+    and the collator's shuffled batches see it at any length. User pages cycle; synthetic pages are
+    taken in order (the j-th synthetic item is synthetic_set[j mod len]), so a long data set sees
+    many different synthetic pages while the few user pages repeat.
+
+    num_pages: the data set's length; None -> every user page once plus its share of synthetic
+    pages (ceil(n_user / (1 - f)) items).
+    """
+
+    def __init__(self, user_set: Dataset, synthetic_set: Dataset | None = None, synthetic_fraction: float = 0.5,
+                 num_pages: int | None = None) -> None:
+        f = float(synthetic_fraction)
+        if not 0.0 <= f < 1.0:
+            raise ValueError(f"synthetic_fraction={synthetic_fraction!r}: need 0 <= f < 1 (1 would leave no "
+                             "user page); 0 trains on the user's pages only")
+        if len(user_set) == 0:
+            raise ValueError("MixedDocuments: user_set is empty: the store exported no accepted annotations "
+                             "of the train split. Fix: annotate (accept) masks on train pages first")
+        if f > 0 and (synthetic_set is None or len(synthetic_set) == 0):
+            raise ValueError(f"synthetic_fraction={f} but synthetic_set is empty: give synthetic pages or "
+                             "synthetic_fraction=0")
+        self.user_set, self.synthetic_set = user_set, synthetic_set
+        self.fraction = Fraction(f).limit_denominator(1000)
+        if num_pages is None:
+            num_pages = math.ceil(len(user_set) / (1 - float(self.fraction)))
+        if not isinstance(num_pages, (int, np.integer)) or num_pages < 1:
+            raise ValueError(f"num_pages={num_pages!r}: need a positive int (or None)")
+        self.num_pages = int(num_pages)
+
+    def __len__(self) -> int:
+        return self.num_pages
+
+    def _synthetic_before(self, i: int) -> int:
+        return math.floor(i * self.fraction)
+
+    def is_synthetic(self, i: int) -> bool:
+        return self._synthetic_before(i + 1) > self._synthetic_before(i)
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < self.num_pages:
+            raise IndexError(f"item {i} out of range for {self.num_pages} mixed pages")
+        before = self._synthetic_before(i)
+        if self.is_synthetic(i):
+            return self.synthetic_set[before % len(self.synthetic_set)]
+        return self.user_set[(i - before) % len(self.user_set)]
+
+
+# ---------------------------------------------------------------------------------------------
+# held-out evaluation
+
+
+def heldout_miou(checkpoint: Path, annotations: list, store, predictor_factory: Callable | None = None) -> dict:
+    """Per-prompt IoU of the checkpoint's answer to each held-out annotation's question against its
+    accepted mask; -> {"miou", "prompts", "per_kind": {kind: miou}}. One embedding per page."""
+    from dociq.engine.simulate import mask_iou
+
+    if predictor_factory is None:
+        from dociq.predict import Predictor
+        predictor_factory = Predictor.from_checkpoint
+    predictor = predictor_factory(checkpoint)
+    by_page: dict[str, list] = {}
+    for ann in annotations:
+        if ann.question.strip():
+            by_page.setdefault(ann.page_id, []).append(ann)
+    ious, kinds = [], []
+    for page_id, anns in by_page.items():
+        words, boxes = store.page_words(page_id)
+        predictor.set_image(store.page_image(page_id), words=list(words), word_boxes=boxes)
+        masks, _, _ = predictor.predict_masks(question=[a.question for a in anns])
+        for ann, mask in zip(anns, masks):
+            ious.append(mask_iou(np.asarray(mask, bool), ann.mask))
+            kinds.append(ann.kind)
+    if not ious:
+        raise ValueError("no held-out annotation has a question to ask the model")
+    per_kind = {k: float(np.mean([v for v, kk in zip(ious, kinds) if kk == k])) for k in sorted(set(kinds))}
+    return {"miou": float(np.mean(ious)), "prompts": len(ious), "per_kind": per_kind}
+
+
+# ---------------------------------------------------------------------------------------------
+# the training subprocess
+
+
+@dataclass
+class TrainJob:
+    """Everything the training subprocess needs; `command()` is what runs."""
+    init_from: Path
+    train_json: Path
+    work_dir: Path
+    steps: int
+    synthetic_fraction: float
+    seed: int = 0
+    lr: float = DEFAULT_LR
+    batch_size: int = 4
+    synthetic: dict = field(default_factory=lambda: {"num_pages": 4000, "seed": 0, "degrade": 0.3})
+    overrides: Sequence[str] = ()
+    task: dict = field(default_factory=dict)   # task.* settings the checkpoint was trained with
+
+    @property
+    def output_dir(self) -> Path:
+        return self.work_dir / "train"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "train.log"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.work_dir / "conf"
+
+    def write_config(self, model_config: dict) -> None:
+        """The run's own Hydra groups: data (MixedDocuments over the export), model (the
+        checkpoint's), callbacks (only the last checkpoint: the round evaluates it itself)."""
+        conf = self.config_dir
+        for group in ("data", "model", "callbacks"):
+            (conf / group).mkdir(parents=True, exist_ok=True)
+        data = {
+            "_target_": "dociq.data.datamodule.DocumentDataModule",
+            "train_set": {
+                "_target_": "dociq.engine.retrain.MixedDocuments",
+                "user_set": {"_target_": "dociq.data.coco.CocoDocuments", "annotation_file": str(self.train_json),
+                             "ocr": "groundtruth", "on_bad_sample": "raise"},
+                "synthetic_set": {"_target_": "dociq.data.synthetic.SyntheticDocuments",
+                                  "image_size": "${model.image_size}", **self.synthetic},
+                "synthetic_fraction": float(self.synthetic_fraction),
+                # enough items that one data epoch covers the run: synthetic pages never repeat
+                "num_pages": int(max(self.steps, 1) * self.batch_size),
+            },
+            "val_set": None,
+            "image_size": "${model.image_size}", "batch_size": self.batch_size, "seed": "${seed}",
+            "num_workers": 1, "tokenizer": {"vocab_dir": None, "max_length": 256},
+            "question_context_length": 32, "questions": True, "max_questions": 8,
+            "max_question_words": 12, "points_per_prompt": 1, "image_masking": None, "text_masking": None,
+        }
+        callbacks = {"model_checkpoint": {
+            "_target_": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "dirpath": "${paths.output_dir}/checkpoints", "monitor": None, "save_top_k": 0, "save_last": True}}
+        # JSON is YAML: no quoting surprises in paths or interpolations
+        (conf / "data" / "engine_round.yaml").write_text(json.dumps(data, indent=1))
+        (conf / "model" / "engine_round.yaml").write_text(json.dumps(model_config, indent=1))
+        (conf / "callbacks" / "engine_round.yaml").write_text(json.dumps(callbacks, indent=1))
+
+    def command(self) -> list[str]:
+        entry = REPO_ROOT / "train.py"
+        head = [sys.executable, str(entry)] if entry.is_file() else [
+            sys.executable, "-c", "from dociq.train import main; main()"]
+        own = ["stage=finetune", "model=engine_round", "data=engine_round", "callbacks=engine_round",
+               f"init.from={hydra_quote(self.init_from)}", f"trainer.max_steps={self.steps}",
+               f"trainer.val_check_interval={self.steps}", "trainer.limit_val_batches=0",
+               "trainer.enable_progress_bar=false", f"seed={self.seed}",
+               f"optim.optimizer.lr={self.lr}", f"data.batch_size={self.batch_size}",
+               f"paths.output_dir={hydra_quote(self.output_dir)}",
+               *[f"task.{k}={json.dumps(v)}" for k, v in self.task.items()]]
+        # the caller's overrides win: drop ours for the same keys (Hydra refuses a key given twice)
+        given = {override_key(o) for o in self.overrides}
+        return [*head, "--config-dir", str(self.config_dir),
+                *[a for a in own if override_key(a) not in given], *self.overrides]
+
+
+def hydra_quote(value) -> str:
+    """A value for a Hydra override, single-quoted so paths with spaces or '=' stay one value."""
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def override_key(override: str) -> str:
+    """'trainer.max_steps=5' -> 'trainer.max_steps' ('+key=v', '~key' and '++key=v' alike)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+# task settings that change what the model reads: a round keeps the checkpoint's
+INHERITED_TASK_KEYS = ("ocr", "lexical_match", "loss_size")
+
+
+def checkpoint_hparams(path: Path) -> dict:
+    """The hyper-parameters a stage=finetune checkpoint was trained with (`model` among them)."""
+    from dociq.tasks.checkpoint_io import read_checkpoint
+
+    hparams = read_checkpoint(path).get("hyper_parameters") or {}
+    if "model" not in hparams:
+        raise ValueError(f"checkpoint {path} has no hyper_parameters.model: it is not a stage=finetune "
+                         "checkpoint. Fix: start the engine from a `python train.py stage=finetune` checkpoint")
+    return dict(hparams)
+
+
+def train_subprocess(job: TrainJob) -> Path:
+    """Run `python train.py stage=finetune ...` for the job; -> the new last.ckpt.
+    Raises RoundFailedError naming the log when it fails."""
+    hparams = checkpoint_hparams(job.init_from)
+    job.write_config(dict(hparams["model"]))
+    job.task = {k: hparams[k] for k in INHERITED_TASK_KEYS if k in hparams} | dict(job.task)
+    cmd = job.command()
+    job.log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    with open(job.log_path, "w") as logf:
+        logf.write("$ " + " ".join(cmd) + "\n\n")
+        logf.flush()
+        rc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env).returncode
+    ckpt = job.output_dir / "checkpoints" / "last.ckpt"
+    if rc != 0:
+        raise RoundFailedError(f"the round's training run failed (exit code {rc}); its log is {job.log_path}:\n"
+                               + _tail(job.log_path), job.log_path)
+    if not ckpt.is_file():
+        raise RoundFailedError(f"the round's training run ended without writing {ckpt}; its log is "
+                               f"{job.log_path}", job.log_path)
+    return ckpt
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the round
+
+
+@dataclass
+class RoundResult:
+    round: int
+    promoted: bool
+    status: str                    # "promoted" | "refused"
+    steps: int
+    miou_old: float
+    miou_new: float
+    old_checkpoint: str
+    new_checkpoint: str
+    checkpoint: str                # the store's checkpoint after the round
+    train_annotations: int
+    train_pages: int
+    heldout_annotations: int
+    new_annotations: int           # accepted train annotations since the previous round
+    mean_clicks_new: float | None  # their mean clicks per mask
+    train_seconds: float
+    wall_seconds: float
+    work_dir: str
+    log: str
+    per_kind_old: dict = field(default_factory=dict)
+    per_kind_new: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _round_dir(store, k: int) -> Path:
+    """`<data>/rounds/round_<k>`; a failed earlier attempt at round k keeps its folder (and log)."""
+    base = store.data_dir / ROUNDS_DIR / f"round_{k:03d}"
+    path, attempt = base, 1
+    while path.exists():
+        attempt += 1
+        path = base.with_name(f"{base.name}_attempt{attempt}")
+    return path
+
+
+def _pages_split(store, split: str) -> set[str]:
+    return {p.id for p in store.pages(split=split)}
+
+
+def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300, synthetic_fraction: float = 0.5,
+              overrides: Sequence[str] = (), heldout_min: int = DEFAULT_HELDOUT_MIN, work_dir: str | Path | None = None,
+              tolerance: float = 0.0, lr: float = DEFAULT_LR, seed: int | None = None,
+              evaluate: Callable | None = None, train: Callable[[TrainJob], Path] | None = None) -> RoundResult:
+    """Retrain on the store's accepted train annotations; promote the result only if held-out mIoU
+    does not drop (new >= old - tolerance). See the module doc.
+
+    evaluate(checkpoint, heldout_annotations, store) -> {"miou": float, ...}: default heldout_miou.
+    train(job) -> new checkpoint path: default train_subprocess (tests inject both)."""
+    evaluate = evaluate or heldout_miou
+    train = train or train_subprocess
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps={steps!r}: need a positive number of optimizer steps")
+    current = store.checkpoint() or (Path(base_checkpoint) if base_checkpoint else None)
+    if current is None:
+        raise ValueError(f"the store {store.data_dir} has no checkpoint and no base_checkpoint was given. Fix: "
+                         "pass base_checkpoint=<stage=finetune ckpt> (CLI: --checkpoint PATH)")
+    current = Path(current).expanduser().resolve()
+    if not current.is_file():
+        raise FileNotFoundError(f"checkpoint {current} does not exist. Fix: pass an existing stage=finetune "
+                                "checkpoint (--checkpoint PATH), or store.set_checkpoint(<path>)")
+    train_pages, heldout_pages = _pages_split(store, TRAIN_SPLIT), _pages_split(store, HELDOUT_SPLIT)
+    accepted = store.annotations(status="accepted")
+    train_anns = [a for a in accepted if a.page_id in train_pages]
+    heldout_anns = [a for a in accepted if a.page_id in heldout_pages and a.question.strip()]
+    if not train_anns:
+        raise ValueError(f"the store {store.data_dir} has no accepted annotations on '{TRAIN_SPLIT}' pages: "
+                         "nothing to train on. Fix: annotate train pages first")
+    if len(heldout_anns) < heldout_min:
+        raise ValueError(f"the store {store.data_dir} has {len(heldout_anns)} accepted held-out annotations with a "
+                         f"question, fewer than heldout_min={heldout_min}: a round could not tell a better model "
+                         f"from a worse one. Fix: move pages to the '{HELDOUT_SPLIT}' split "
+                         "(dociq.engine.importer.split_heldout) and annotate them, or lower heldout_min")
+    previous = store.rounds()
+    since = previous[-1]["created"] if previous else float("-inf")
+    new_anns = [a for a in train_anns if a.created > since]
+
+    from dociq.engine.coco_export import export_coco
+
+    start = time.time()
+    k = len(previous) + 1
+    work = Path(work_dir) if work_dir is not None else _round_dir(store, k)
+    work.mkdir(parents=True, exist_ok=True)
+    train_json = export_coco(store, work / "export_train" / "annotations.json", split=TRAIN_SPLIT)
+    export_coco(store, work / "export_heldout" / "annotations.json", split=HELDOUT_SPLIT)
+    job = TrainJob(init_from=current, train_json=train_json, work_dir=work, steps=steps,
+                   synthetic_fraction=synthetic_fraction, seed=k if seed is None else seed, lr=lr,
+                   overrides=tuple(overrides))
+    t0 = time.time()
+    new = Path(train(job))
+    train_s = time.time() - t0
+    old_eval, new_eval = evaluate(current, heldout_anns, store), evaluate(new, heldout_anns, store)
+    old_miou, new_miou = float(old_eval["miou"]), float(new_eval["miou"])
+    promoted = new_miou >= old_miou - tolerance
+    if promoted:
+        store.set_checkpoint(new)
+    elif store.checkpoint() is None:
+        store.set_checkpoint(current)   # the base stays the model to beat (and to annotate with)
+    clicks = [a.clicks for a in new_anns]
+    result = RoundResult(
+        round=k, promoted=promoted, status="promoted" if promoted else "refused", steps=steps,
+        miou_old=old_miou, miou_new=new_miou, old_checkpoint=str(current), new_checkpoint=str(new),
+        checkpoint=str(new if promoted else current), train_annotations=len(train_anns),
+        train_pages=len({a.page_id for a in train_anns}), heldout_annotations=len(heldout_anns),
+        new_annotations=len(new_anns), mean_clicks_new=float(np.mean(clicks)) if clicks else None,
+        train_seconds=train_s, wall_seconds=time.time() - start, work_dir=str(work), log=str(job.log_path),
+        per_kind_old=old_eval.get("per_kind", {}), per_kind_new=new_eval.get("per_kind", {}))
+    recorded = store.record_round(result.to_json())
+    if recorded != k:   # another round was recorded meanwhile: keep the store's numbering
+        result.round = recorded
+    (work / "round.json").write_text(json.dumps(result.to_json(), indent=1))
+    log.info("round %d: held-out mIoU %.4f -> %.4f, %s", result.round, old_miou, new_miou, result.status)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: dociq engine retrain --data DIR [--steps N] [--checkpoint PATH]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dociq engine retrain",
+        description="One data-engine round: fine-tune the store's checkpoint on its accepted train "
+                    "annotations (mixed with synthetic pages), promote it only if held-out mIoU does not drop.")
+    p.add_argument("--data", required=True, help="the engine store folder")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps of the round (default 300)")
+    p.add_argument("--checkpoint", default=None,
+                   help="stage=finetune checkpoint to start from when the store has none promoted yet")
+    p.add_argument("--synthetic-fraction", type=float, default=0.5,
+                   help="share of synthetic pages in the training mix (default 0.5)")
+    p.add_argument("--lr", type=float, default=DEFAULT_LR, help=f"peak learning rate (default {DEFAULT_LR})")
+    p.add_argument("--heldout-min", type=int, default=DEFAULT_HELDOUT_MIN,
+                   help=f"fewest held-out annotations a round needs (default {DEFAULT_HELDOUT_MIN})")
+    p.add_argument("--tolerance", type=float, default=0.0,
+                   help="promote when new mIoU >= old - tolerance (default 0)")
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for train.py (e.g. data.batch_size=2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from dociq.engine.store import EngineStore
+
+    store = EngineStore(args.data)
+    try:
+        result = run_round(store, base_checkpoint=args.checkpoint, steps=args.steps,
+                           synthetic_fraction=args.synthetic_fraction, overrides=args.overrides,
+                           heldout_min=args.heldout_min, tolerance=args.tolerance, lr=args.lr)
+    except RoundFailedError as err:
+        print(f"dociq engine retrain: error: {err}", file=sys.stderr)
+        return 1
+    print(f"round {result.round}: {result.train_annotations} train annotations on {result.train_pages} pages, "
+          f"{result.steps} steps in {result.train_seconds:.0f} s; held-out mIoU {100 * result.miou_old:.1f} -> "
+          f"{100 * result.miou_new:.1f} ({result.heldout_annotations} prompts): {result.status.upper()}")
+    print(f"checkpoint: {result.checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

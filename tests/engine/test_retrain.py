@@ -1,0 +1,261 @@
+"""Retrain rounds and the simulated annotator (dociq.engine.retrain, dociq.engine.simulate)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dociq.data.schema import Page, Question
+from dociq.data.synthetic import generate_page
+from dociq.engine.retrain import MixedDocuments, RoundFailedError, TrainJob, run_round
+from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth
+from dociq.engine.store import EngineStore
+
+
+class ClickCountingPredictor:
+    """Answers the question with a wrong mask until it has seen `k` clicks, then with the truth;
+    records the prompts it got."""
+
+    def __init__(self, targets: dict[str, np.ndarray], k: int):
+        self.targets, self.k, self.calls = targets, k, []
+
+    def set_image(self, image, words=None, word_boxes=None):
+        self.size = image.shape[:2]
+
+    def predict_masks(self, question=None, points=None, point_labels=None, boxes=None, mask_input=None):
+        n = 0 if points is None else len(points)
+        self.calls.append((question, n, None if point_labels is None else list(point_labels),
+                           mask_input is not None))
+        target = self.targets[question]
+        mask = target.copy() if n >= self.k else np.zeros(self.size, bool)
+        return mask[None], np.ones(1, np.float32), np.zeros((1, 1, 16, 16), np.float32)
+
+
+def _square_page(size=64) -> Page:
+    image = np.full((size, size, 3), 255, np.uint8)
+    a = np.zeros((size, size), bool)
+    a[10:30, 8:40] = True
+    b = np.zeros((size, size), bool)
+    b[40:60, 20:50] = True
+    return Page(image=image, words=["total", "date"], word_boxes=np.array([[8, 10, 40, 30], [20, 40, 50, 60]], np.float32),
+                questions=[Question("the total", "layout", a), Question("the date", "reading", b)])
+
+
+def _store_with_page(tmp_path, page, split="train"):
+    store = EngineStore(tmp_path / "store", create=True)
+    pid = store.add_page(page.image, page.words, page.word_boxes, "test", split=split)
+    return store, pid
+
+
+# ---- the simulated annotator ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [0, 3, 7])
+def test_annotator_counts_the_clicks_the_model_needs(tmp_path, k):
+    page = _square_page()
+    store, pid = _store_with_page(tmp_path, page)
+    predictor = ClickCountingPredictor({q.text: q.mask for q in page.questions}, k)
+    results = annotate_page(predictor, store, pid, page)
+    assert [r.clicks for r in results] == [k, k]
+    assert all(r.iou == 1.0 and not r.drawn for r in results)
+    assert [r.first_iou for r in results] == ([1.0, 1.0] if k == 0 else [0.0, 0.0])
+    # the model saw every click with the question and (after the first answer) its previous logits
+    first_question = [c for c in predictor.calls if c[0] == "the total"]
+    assert [c[1] for c in first_question] == list(range(k + 1))
+    assert all(c[3] for c in first_question[1:]) and not first_question[0][3]
+    saved = store.annotations(pid)
+    assert [(a.question, a.clicks, a.kind, a.author) for a in saved] == [
+        ("the total", k, "layout", "simulated"), ("the date", k, "reading", "simulated")]
+    assert np.array_equal(saved[0].mask, page.questions[0].mask)
+
+
+def test_annotator_draws_the_mask_after_max_clicks(tmp_path):
+    page = _square_page()
+    store, pid = _store_with_page(tmp_path, page)
+    results = annotate_page(ClickCountingPredictor({q.text: q.mask for q in page.questions}, 99), store, pid, page)
+    assert all(r.drawn and r.clicks == MAX_CLICKS and r.iou == 0.0 for r in results)
+    # the hand-drawn truth is what is saved
+    assert all(np.array_equal(a.mask, q.mask) for a, q in zip(store.annotations(pid), page.questions))
+
+
+def test_next_click_is_inside_the_largest_error_with_its_sign():
+    target = np.zeros((40, 40), bool)
+    target[5:25, 5:25] = True                 # 400 px object
+    pred = np.zeros_like(target)
+    pred[5:25, 5:10] = True                   # missed 300 px of it ...
+    pred[30:35, 30:35] = True                 # ... and spilled 25 px elsewhere
+    x, y, label = next_click(pred, target)
+    assert label == 1 and target[int(y), int(x)] and not pred[int(y), int(x)]
+    assert 14 <= x <= 18 and 12 <= y <= 18   # the centre of the missed 20 x 15 block
+    spill = np.zeros_like(target)
+    spill[0:30, 0:30] = True                  # 500 px spilled around the object
+    x, y, label = next_click(spill, target)
+    assert label == 0 and spill[int(y), int(x)] and not target[int(y), int(x)]
+    assert next_click(target, target) is None
+
+
+# ---- the training mix ----------------------------------------------------------------------
+
+
+class Labelled:
+    def __init__(self, name, n):
+        self.name, self.n = name, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return (self.name, i)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 0.7])
+def test_mixed_documents_mix_at_the_requested_fraction(fraction):
+    ds = MixedDocuments(Labelled("user", 5), Labelled("syn", 1000), fraction, num_pages=200)
+    items = [ds[i] for i in range(len(ds))]
+    assert items == [ds[i] for i in range(len(ds))]                    # deterministic
+    synthetic = [name == "syn" for name, _ in items]
+    for n in (10, 50, 200):                                            # every prefix holds its share
+        assert sum(synthetic[:n]) == int(np.floor(n * fraction + 1e-9))
+    user = [i for name, i in items if name == "user"]
+    assert user[:10] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4][:len(user[:10])]  # user pages cycle
+    syn = [i for name, i in items if name == "syn"]
+    assert syn == list(range(len(syn)))                                # fresh synthetic pages
+    default = MixedDocuments(Labelled("user", 6), Labelled("syn", 100), fraction)
+    assert sum(default[i][0] == "user" for i in range(len(default))) >= 6
+
+
+def test_mixed_documents_reject_what_cannot_mix():
+    with pytest.raises(ValueError, match="annotate"):
+        MixedDocuments(Labelled("user", 0), Labelled("syn", 10), 0.5)
+    with pytest.raises(ValueError, match="synthetic_fraction"):
+        MixedDocuments(Labelled("user", 3), Labelled("syn", 10), 1.0)
+    with pytest.raises(ValueError, match="synthetic_set is empty"):
+        MixedDocuments(Labelled("user", 3), None, 0.5)
+
+
+# ---- the round: promotion rule, failures ---------------------------------------------------
+
+
+def _engine_store(tmp_path, train_pages=2, heldout_pages=1, size=128):
+    store = EngineStore(tmp_path / "store", create=True)
+    pages = {}
+    for i in range(train_pages + heldout_pages):
+        page = generate_page(i, seed=77, image_size=size, questions_per_page=4)
+        split = "train" if i < train_pages else "heldout"
+        pid = store.add_page(page.image, page.words, page.word_boxes, "synthetic", split=split)
+        pages[pid] = page
+        if split == "heldout":
+            save_ground_truth(store, pid, page)
+    return store, pages
+
+
+def _annotate_train(store, pages, k=2):
+    for pid, page in pages.items():
+        if store.page(pid).split == "train":
+            annotate_page(ClickCountingPredictor({q.text: q.mask for q in page.questions}, k), store, pid, page)
+
+
+def _fake_train(tmp_path):
+    def train(job: TrainJob) -> Path:
+        assert job.train_json.is_file() and job.steps == 5
+        ckpt = job.output_dir / "checkpoints" / "last.ckpt"
+        ckpt.parent.mkdir(parents=True)
+        ckpt.write_bytes(b"new weights")
+        return ckpt
+    return train
+
+
+@pytest.mark.parametrize("old, new, promoted", [(0.60, 0.59, False), (0.60, 0.60, True), (0.60, 0.75, True)])
+def test_round_promotes_only_when_heldout_miou_does_not_drop(tmp_path, old, new, promoted):
+    store, pages = _engine_store(tmp_path)
+    _annotate_train(store, pages, k=3)
+    base = tmp_path / "base.ckpt"
+    base.write_bytes(b"old weights")
+    seen = []
+
+    def evaluate(ckpt, annotations, store_):
+        seen.append((Path(ckpt).read_bytes(), len(annotations)))
+        return {"miou": old if Path(ckpt).read_bytes() == b"old weights" else new}
+
+    result = run_round(store, base_checkpoint=base, steps=5, heldout_min=2, evaluate=evaluate,
+                       train=_fake_train(tmp_path))
+    heldout = len([a for a in store.annotations() if store.page(a.page_id).split == "heldout"])
+    assert seen == [(b"old weights", heldout), (b"new weights", heldout)]
+    assert result.promoted is promoted and result.status == ("promoted" if promoted else "refused")
+    expected = Path(result.new_checkpoint) if promoted else base.resolve()
+    assert store.checkpoint() == expected     # refused: the base becomes the store's current checkpoint
+    assert Path(result.checkpoint) == expected
+    [recorded] = store.rounds()
+    m = recorded["metrics"]
+    assert (m["round"], m["steps"], m["promoted"], m["miou_old"], m["miou_new"]) == (1, 5, promoted, old, new)
+    train_anns = [a for a in store.annotations() if store.page(a.page_id).split == "train"]
+    assert m["train_annotations"] == len(train_anns) == m["new_annotations"] and m["mean_clicks_new"] == 3.0
+    assert (Path(result.work_dir) / "export_heldout" / "annotations.json").is_file()
+
+
+def test_second_round_counts_only_the_new_annotations_clicks(tmp_path):
+    store, pages = _engine_store(tmp_path, train_pages=2)
+    train_ids = [p for p in pages if store.page(p).split == "train"]
+    first = {train_ids[0]: pages[train_ids[0]]}
+    _annotate_train(store, first, k=4)
+    base = tmp_path / "base.ckpt"
+    base.write_bytes(b"old weights")
+    always_better = lambda ckpt, anns, s: {"miou": 0.5 if Path(ckpt).read_bytes() == b"old weights" else 0.6}  # noqa: E731
+    run_round(store, base_checkpoint=base, steps=5, heldout_min=2, evaluate=always_better, train=_fake_train(tmp_path))
+    _annotate_train(store, {train_ids[1]: pages[train_ids[1]]}, k=1)
+    second = run_round(store, steps=5, heldout_min=2, evaluate=always_better, train=_fake_train(tmp_path))
+    assert second.round == 2 and second.mean_clicks_new == 1.0
+    assert second.old_checkpoint == str(store.rounds()[0]["metrics"]["new_checkpoint"])  # trained from round 1's
+    assert second.work_dir != store.rounds()[0]["metrics"]["work_dir"]
+
+
+def test_round_needs_heldout_annotations_and_a_checkpoint(tmp_path):
+    store, pages = _engine_store(tmp_path)
+    _annotate_train(store, pages)
+    base = tmp_path / "base.ckpt"
+    base.write_bytes(b"x")
+    with pytest.raises(ValueError, match="heldout_min=999"):
+        run_round(store, base_checkpoint=base, heldout_min=999)
+    with pytest.raises(ValueError, match="--checkpoint"):
+        run_round(store, heldout_min=1)
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        run_round(store, base_checkpoint=tmp_path / "missing.ckpt", heldout_min=1)
+    assert store.rounds() == [] and store.checkpoint() is None
+
+
+def test_failed_training_leaves_the_store_unchanged_and_names_the_log(tmp_path, finetune_checkpoint):
+    ckpt, _ = finetune_checkpoint
+    store, pages = _engine_store(tmp_path)
+    _annotate_train(store, pages)
+    store.set_checkpoint(ckpt)
+    history = len(store.history())
+    with pytest.raises(RoundFailedError) as err:
+        run_round(store, steps=2, heldout_min=2, overrides=["trainer.log_every_n_steps=abc"],
+                  evaluate=lambda *a: pytest.fail("no evaluation after a failed run"))
+    log = err.value.log_path
+    assert str(log) in str(err.value) and log.is_file()
+    assert "trainer.log_every_n_steps" in log.read_text()   # the log holds the run's own error
+    assert store.checkpoint() == Path(ckpt).resolve()
+    assert store.rounds() == [] and len(store.history()) == history
+
+
+@pytest.mark.slow
+def test_one_real_round_on_a_tiny_store(tmp_path, finetune_checkpoint):
+    """annotate (scripted) -> train.py for 2 steps from the fixture checkpoint -> evaluate both with
+    the Predictor -> promote or refuse by the rule -> round recorded."""
+    ckpt, _ = finetune_checkpoint
+    store, pages = _engine_store(tmp_path, train_pages=2, heldout_pages=1)
+    _annotate_train(store, pages, k=1)
+    result = run_round(store, base_checkpoint=ckpt, steps=2, heldout_min=2,
+                       overrides=["data.batch_size=2", "data.train_set.synthetic_set.num_pages=8"])
+    assert Path(result.new_checkpoint).is_file() and Path(result.log).is_file()
+    assert 0.0 <= result.miou_old <= 1.0 and 0.0 <= result.miou_new <= 1.0
+    assert result.promoted == (result.miou_new >= result.miou_old)
+    expected = Path(result.new_checkpoint) if result.promoted else Path(ckpt).resolve()
+    assert store.checkpoint() == expected
+    [recorded] = store.rounds()
+    assert recorded["metrics"]["status"] == result.status and recorded["metrics"]["steps"] == 2
+    # the new checkpoint is a stage=finetune checkpoint the Predictor (and the next round) can load
+    from dociq.predict import Predictor
+    Predictor.from_checkpoint(result.new_checkpoint)
