@@ -38,6 +38,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
 # auto: PDF text layer, tesseract where there is none; none: text layer only, never tesseract;
 # tesseract: tesseract on every page (for PDFs whose text layer is wrong).
 OCR_MODES = ("auto", "tesseract", "none")
+MAX_ZIP_MEMBER_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
@@ -228,6 +229,10 @@ def _import_zip(store, result, path: Path, words: _Words, ocr: str, dpi: int, ma
             if _hidden(Path(*rel.parts)):
                 continue
             suffix = rel.suffix.lower()
+            if info.file_size > MAX_ZIP_MEMBER_BYTES:  # read into memory: refuse zip bombs up front
+                result.skip(name, f"{info.file_size} bytes uncompressed, over the {MAX_ZIP_MEMBER_BYTES}-byte "
+                            "limit for a zip member. Fix: import the file unzipped")
+                continue
             try:
                 if suffix in IMAGE_SUFFIXES:
                     image = _image_from_bytes(archive.read(info), name, max_page_pixels)

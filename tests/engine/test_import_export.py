@@ -76,6 +76,20 @@ def test_import_folder_ocr_auto_reads_a_png_with_tesseract(store, tmp_path, text
     assert "Hello" in words
 
 
+def test_import_folder_refuses_bad_arguments(store, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="ocr='ocr-please'"):
+        import_folder(store, tmp_path, ocr="ocr-please")
+    with pytest.raises(FileNotFoundError, match="missing"):
+        import_folder(store, tmp_path / "missing")
+    import dociq.engine.importer as importer
+
+    monkeypatch.setattr(importer, "MAX_ZIP_MEMBER_BYTES", 10)
+    with zipfile.ZipFile(tmp_path / "big.zip", "w") as z:
+        z.writestr("page.png", b"x" * 11)
+    result = import_folder(store, tmp_path / "big.zip")
+    assert not result and "over the 10-byte limit" in result.skipped[0].reason
+
+
 def test_unsafe_names_are_refused_in_zips_links_and_coco(store, tmp_path, text_pdf):
     src = tmp_path / "zipsrc"
     src.mkdir()
