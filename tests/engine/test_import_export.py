@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
