@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 import numpy as np
+from fastapi import Request  # module level: the routes' annotations are resolved from these globals
 
 MODEL_CLASS = "DociqEngine"
 MAX_DATA_URL_BYTES = 50 * 2**20
@@ -67,7 +68,7 @@ def encode_ls_rle(values: np.ndarray, word_size: int = 8, rle_sizes: tuple[int, 
             bits.append("1" + format(index, "02b") + format(length - 1, f"0{rle_sizes[index]}b") + word)
     text = "".join(bits)
     text += "0" * (8 - len(text) % 8)
-    return list(np.packbits(np.frombuffer(text.encode("ascii"), np.uint8) - 48))
+    return np.packbits(np.frombuffer(text.encode("ascii"), np.uint8) - 48).tolist()
 
 
 def decode_ls_rle(rle: Any) -> np.ndarray:
@@ -437,7 +438,6 @@ def handle_webhook(engine, payload: dict) -> tuple[dict, int]:
 # ---- routes -------------------------------------------------------------------------------------
 
 def register_routes(app, engine) -> None:
-    from fastapi import Request
     from fastapi.responses import JSONResponse
 
     async def json_body(request: Request) -> dict:
