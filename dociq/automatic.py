@@ -11,9 +11,12 @@ per region.
     python -m dociq.automatic CKPT --pdf paper.pdf --page 3 --out overlay.png       # pages from 1
 
 How (segment_anything/automatic_mask_generator.py, rewritten for pages):
-1. seeds: a `points_per_side`² grid and/or one point per OCR text line (words grouped into lines
-   by vertical overlap, split at wide gaps such as column gutters), on the middle word of the line;
-   optionally ("class_boxes") the box of every part of every class question's answer (step 5);
+1. seeds (`seeds`, default all three): "grid", a `points_per_side`² grid of clicks; "ocr_lines",
+   one click per OCR text line (words grouped into lines by vertical overlap, split at wide gaps
+   such as column gutters), on the middle word of the line; "class_boxes", the box of every part
+   of every class question's answer (step 5) as a box prompt. The fine-tuned models of this
+   repository answer single clicks poorly (predicted IoU ~0.25) and boxes well, so on them the
+   class boxes find nearly all regions (docs/automatic.md has the numbers);
 2. the page (image + OCR words) is embedded once; the seeds are decoded `points_per_batch` at a
    time as single positive clicks, with the decoder's 3 multimask outputs (all 3 kept, or the one
    with the highest predicted IoU when `multimask="best"`), seed boxes as box prompts (one mask);
@@ -319,6 +322,8 @@ class PageSegmenter:
                 self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
                                 ["class_boxes"] * len(batch))
         regions = self._deduplicate(found)
+        log.debug("%d click seeds, %d candidates after the filters, %d regions after NMS", len(points),
+                  len(found.rles), len(regions))
         if self.classify and regions and answers:
             self._name_regions(regions, answers)
         return regions
