@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -15,11 +16,13 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dociq.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.config import CONFIG_DIR, register_resolvers
-from dociq.config_checks import check_config
+from dociq.config_checks import ConfigError, check_config
+from dociq.progress import progress_callbacks
 from dociq.tasks.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from dociq.tasks.registry import resolve_stage
 
@@ -119,6 +122,14 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
     callbacks += [StopOnNonFinite(), RngState(), SkippedPages(), LoggerRunIds()]
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_kwargs["strategy"] = build_strategy(cfg)
+    # A terminal gets the rich bar counting steps; a log file / CI gets plain progress lines instead.
+    progress = cfg.get("progress") or {}
+    extra, trainer_kwargs["enable_progress_bar"] = progress_callbacks(
+        bool(trainer_kwargs.get("enable_progress_bar", True)), progress.get("every_n_steps", 50),
+        progress.get("every_n_seconds", 60.0), existing=callbacks)
+    callbacks += extra
+    if isinstance(trainer_kwargs.get("profiler"), dict):   # e.g. debug=profiler: a profiler with a file
+        trainer_kwargs["profiler"] = instantiate(cfg.trainer.profiler)
     return L.Trainer(**trainer_kwargs, logger=loggers, callbacks=callbacks,
                      plugins=[AtomicCheckpointIO()])
 
@@ -132,6 +143,47 @@ def finish_wandb_runs(trainer: L.Trainer) -> None:
             run.finish()
 
 
+def config_tree(cfg: DictConfig, first: Sequence[str] = ("stage", "task", "model", "data", "optim",
+                                                          "trainer", "callbacks", "logger", "paths")):
+    """The config as a rich Tree, one branch per top-level key (lightning-hydra-template's
+    print_config_tree). Values are resolved where they can be; a branch that cannot be (an
+    interpolation only Hydra's runtime knows) is shown as written."""
+    import rich.syntax
+    import rich.tree
+
+    tree = rich.tree.Tree("CONFIG", style="dim", guide_style="dim")
+    for key in [k for k in first if k in cfg] + [k for k in cfg if k not in first]:
+        branch = tree.add(str(key), style="dim", guide_style="dim")
+        node = cfg[key] if not OmegaConf.is_missing(cfg, key) else "???"
+        if isinstance(node, DictConfig):
+            try:
+                text = OmegaConf.to_yaml(node, resolve=True)
+            except Exception:  # noqa: BLE001 - show the unresolved branch rather than nothing
+                text = OmegaConf.to_yaml(node, resolve=False)
+        else:
+            text = str(node)
+        branch.add(rich.syntax.Syntax(text, "yaml"))
+    return tree
+
+
+@rank_zero_only
+def print_config_tree(cfg: DictConfig) -> Path:
+    """Print the composed config as a tree and save it to `<output_dir>/config_tree.log`."""
+    import io
+
+    import rich
+    import rich.console
+
+    tree = config_tree(cfg)
+    rich.print(tree)
+    text = io.StringIO()
+    rich.console.Console(file=text, width=120, color_system=None).print(tree)
+    path = Path(cfg.paths.output_dir) / "config_tree.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(line.rstrip() for line in text.getvalue().splitlines()) + "\n")
+    return path
+
+
 def has_validation(cfg: DictConfig) -> bool:
     return cfg.data.get("val_set") is not None and cfg.trainer.get("limit_val_batches", 1) != 0
 
@@ -143,6 +195,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = resolve_checkpoint(cfg)
     resume = resume_state(ckpt_path)
     remove_orphan_temp_files(Path(cfg.paths.output_dir) / "checkpoints")
+    if cfg.get("print_config", False):  # after the checks above: a failed resume changes no file
+        print_config_tree(cfg)
     task_cls = resolve_stage(cfg.stage.name)
 
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -173,9 +227,20 @@ def train(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
+def check_search_space(hydra_cfg: DictConfig, stage: str) -> None:
+    """An Optuna sweep without a search space would run identical trials: stop it, naming the fix."""
+    sweeper = hydra_cfg.get("sweeper") or {}
+    if str(sweeper.get("_target_", "")).endswith("OptunaSweeper") and not sweeper.get("params"):
+        raise ConfigError(f"hparams_search=optuna has no search space for stage={stage}: add "
+                          f"configs/hparams_search/space/optuna_{stage}.yaml (like optuna_pretrain.yaml) or "
+                          "give one on the command line, e.g. +hydra.sweeper.params.optim.optimizer.lr="
+                          "'tag(log, interval(1e-4, 3e-3))'")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     register_resolvers()
+    check_search_space(HydraConfig.get(), cfg.stage.name)
     # Each job writes where Hydra put it: in a multirun every job has its own directory (even
     # jobs started within the same second).
     with open_dict(cfg):

@@ -1,6 +1,10 @@
 """Figure of predicted masks for a few questions on held-out synthetic pages.
 
-    python scripts/plot_predictions.py CKPT [--out docs/img/predictions.png] [--pages 2] [--questions 3]
+    python scripts/plot_predictions.py CKPT [--pages 2] [--questions 3]   # -> <run>/predictions.png
+    python scripts/plot_predictions.py CKPT --out docs/img/predictions.png  # the docs figure: explicit
+
+Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
+<run>/checkpoints/*.ckpt), else to ./predictions.png; never into docs/ by default.
 
 Each row is one question: the page with the target region (green outline) and the predicted mask
 (red tint), titled with the question, its kind, the IoU and the predicted IoU. Pages come from
@@ -64,14 +68,22 @@ def plot(rows: list[dict], out: Path, columns: int = 3) -> None:
     plt.close(fig)
 
 
+def default_out(checkpoint: str | Path) -> Path:
+    """<run>/predictions.png for <run>/checkpoints/<name>.ckpt, else ./predictions.png."""
+    path = Path(checkpoint)
+    return path.parent.parent / "predictions.png" if path.parent.name == "checkpoints" else Path("predictions.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a stage=finetune checkpoint")
-    p.add_argument("--out", type=Path, default=Path("docs/img/predictions.png"))
+    p.add_argument("--out", type=Path, default=None,
+                   help="the PNG to write (default: <run>/predictions.png, or ./predictions.png)")
     p.add_argument("--pages", type=int, default=2)
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
     args = p.parse_args(argv)
+    args.out = args.out or default_out(args.checkpoint)
     from dociq.predict import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)

@@ -1,6 +1,7 @@
 """Render a generated page with its ground truth, for the README.
 
-    python scripts/render_sample.py [--out docs/img/synthetic_page.png] [--seed 0] [--index N]
+    python scripts/render_sample.py [--seed 0] [--index N]          # -> ./synthetic_page.png
+    python scripts/render_sample.py --out docs/img/synthetic_page.png  # the README figure: explicit
 
 Left: the page with every region's box coloured by class. Right: the same page with each
 question's target mask overlaid in its own colour; the questions are listed underneath.
@@ -63,7 +64,8 @@ def pick_index(seed: int, size: int, candidates: int = 30) -> int:
 
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("docs/img/synthetic_page.png"))
+    p.add_argument("--out", type=Path, default=Path("synthetic_page.png"),
+                   help="the PNG to write (default: ./synthetic_page.png; the README's: docs/img/synthetic_page.png)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--index", type=int, default=None)
     p.add_argument("--image-size", type=int, default=512)

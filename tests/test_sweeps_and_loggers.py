@@ -22,16 +22,38 @@ SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predict
          "trainer.enable_progress_bar=false"]
 
 
-def test_optuna_search_config_composes_and_minimises_the_stage_metric():
+@pytest.mark.parametrize("stage, direction, metric, searched, not_searched", [
+    ("pretrain", "minimize", "val/loss", "task.ema.start", "task.rounds"),
+    ("finetune", "maximize", "val/miou", "task.rounds", "task.ema.start"),
+])
+def test_optuna_search_follows_the_stage(stage, direction, metric, searched, not_searched):
     from dociq.config import compose
 
-    cfg = compose(["hparams_search=optuna"], return_hydra_config=True)
+    cfg = compose(["hparams_search=optuna", f"stage={stage}"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
-    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "minimize"
-    assert cfg.optimized_metric == "val/loss" == cfg.stage.monitor
-    assert "optim.optimizer.lr" in sweeper.params
-    # loss weights must not be searched: the metric is their weighted sum
-    assert not any(key.startswith("task.loss") for key in sweeper.params)
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == direction
+    assert cfg.optimized_metric == metric == cfg.stage.monitor
+    assert cfg.hydra.runtime.choices["hparams_search/space"] == f"optuna_{stage}"
+    assert "optim.optimizer.lr" in sweeper.params and searched in sweeper.params
+    assert not_searched not in sweeper.params
+    # every searched key exists in this stage's config (a missing one fails each trial)
+    for key in sweeper.params:
+        assert key.startswith("++") or OmegaConf.select(cfg, key) is not None, key
+    if stage == "pretrain":   # loss weights must not be searched: the metric is their weighted sum
+        assert not any(key.startswith("task.loss") for key in sweeper.params)
+
+
+def test_optuna_without_a_search_space_for_the_stage_stops_naming_the_file():
+    from dociq.config import compose
+    from dociq.config_checks import ConfigError
+    from dociq.train import check_search_space
+
+    cfg = compose(["hparams_search=optuna", "stage=ijepa"], return_hydra_config=True)
+    with pytest.raises(ConfigError, match="configs/hparams_search/space/optuna_ijepa.yaml"):
+        check_search_space(cfg.hydra, "ijepa")
+    cfg = compose(["hparams_search=optuna", "stage=finetune"], return_hydra_config=True)
+    check_search_space(cfg.hydra, "finetune")          # has one
+    check_search_space(compose([], return_hydra_config=True).hydra, "ijepa")   # no sweep: no check
 
 
 def _run_dir_files(output_dir: Path) -> dict[str, list[Path]]:
@@ -107,6 +129,29 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
 
 
 @pytest.mark.slow
+def test_optuna_finetune_sweep_maximises_miou(tmp_path):
+    """Two fine-tuning trials of two steps on 128-px pages: the fine-tune space, maximised val/miou."""
+    sweep_dir = tmp_path / "optuna_ft"
+    out = _train_cli(["-m", "hparams_search=optuna", "stage=finetune", "model.image_size=128",
+                      "++model.text_encoder.num_hidden_layers=1", "++model.fusion.depth=1",
+                      "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+                      "trainer.enable_progress_bar=false", "data.batch_size=2", "data.num_workers=0",
+                      "data.train_set.num_pages=8", "data.val_set.num_pages=2", "data.tokenizer.max_length=48",
+                      "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2",
+                      f"hydra.sweep.dir={sweep_dir}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert 0.0 <= results["best_value"] <= 1.0          # an mIoU
+    assert {"task.rounds", "task.loss.dice", "optim.optimizer.lr"} <= set(results["best_params"])
+    assert "Directions: ['maximize']" in (out.stdout + out.stderr)
+    trials = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    assert len(trials) == 2
+    for trial in trials:
+        header = (trial / "csv" / "metrics.csv").read_text().splitlines()[0]
+        assert "val/miou" in header.split(",")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb"])
 def test_each_logger_from_the_command_line(logger, tmp_path):
     out = _train_cli([*SMOKE, f"logger={logger}", "trainer.max_steps=2"], tmp_path)
@@ -137,3 +182,52 @@ def test_plot_losses_turns_a_csv_log_into_a_png(tmp_path, capsys):
     assert "train/mlm" in table and "10.0000" in table and "6.0000" in table
     assert plot_losses.main([str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+    # without --out: into the run folder, not docs/img
+    assert plot_losses.main([str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run" / "losses.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {tmp_path / 'run' / 'losses.png'}" in capsys.readouterr().out
+
+
+def test_plot_losses_draws_miou_for_a_finetune_run(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import plot_losses
+    finally:
+        sys.path.pop(0)
+    cols = ["epoch", "step", "train/loss", "train/focal", "train/dice_loss", "train/iou_mse", "train/word_bce",
+            "val/loss", "val/miou", "val/miou_field", "val/miou_table", "val/box_miou", "val/box_miou_field"]
+    rows = [",".join(cols)]
+    for step in range(0, 40, 10):
+        rows.append(f"0,{step},{3 - step / 20},{0.5 - step / 100},{0.9 - step / 50},0.1,0.6" + "," * 6)
+    for step, miou in ((19, 0.2), (39, 0.35)):
+        rows.append(f"0,{step},,,,,,1.5,{miou},{miou + 0.1},{miou - 0.1},{miou + 0.3},{miou + 0.35}")
+    csv_path = tmp_path / "ft" / "csv" / "metrics.csv"
+    csv_path.parent.mkdir(parents=True)
+    csv_path.write_text("\n".join(rows) + "\n")
+    series = plot_losses.read_series(csv_path)
+    assert plot_losses.detect_stage(series) == "finetune"
+    titles = plot_losses.plot(series, tmp_path / "ft.png", "ft")
+    assert titles[:5] == ["focal", "dice", "IoU head (MSE)", "word grounding (BCE)", "total (weighted, all rounds)"]
+    assert titles[5:] == ["val mIoU per prompt set", "val mIoU per region kind (question prompts)"]
+    assert "collapse signals" not in titles
+    assert plot_losses.miou_columns(series) == (["val/miou", "val/box_miou"], ["val/miou_field", "val/miou_table"])
+    assert plot_losses.main([str(csv_path)]) == 0
+    table = capsys.readouterr().out
+    assert "val/miou" in table and "0.3500" in table and (tmp_path / "ft" / "losses.png").exists()
+    # a pretraining log keeps its collapse panel
+    assert plot_losses.detect_stage({"train/djepa": ([0], [1.0]), "val/loss": ([0], [1.0])}) == "pretrain"
+
+
+def test_figure_scripts_do_not_write_into_docs_by_default(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import plot_predictions
+        import render_sample
+    finally:
+        sys.path.pop(0)
+    run = tmp_path / "outputs" / "finetune" / "runs" / "r1"
+    assert plot_predictions.default_out(run / "checkpoints" / "last.ckpt") == run / "predictions.png"
+    assert plot_predictions.default_out(tmp_path / "model.ckpt") == Path("predictions.png")
+    monkeypatch.chdir(tmp_path)
+    written = render_sample.main(["--index", "0", "--image-size", "128"])
+    assert written == Path("synthetic_page.png") and (tmp_path / "synthetic_page.png").stat().st_size > 0
