@@ -176,8 +176,15 @@ class RelabelBody(Strict):
     question: str | None = Field(None, max_length=500)
 
 
-class RetrainBody(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class RetrainBody(Strict):
+    """The options of `dociq.engine.retrain.run_round` a browser may set (no Hydra overrides: a
+    request must not choose what the training subprocess runs)."""
+    steps: int | None = Field(None, ge=1, le=100000)
+    synthetic_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    heldout_min: int | None = Field(None, ge=1)
+    tolerance: float | None = Field(None, ge=0.0, le=1.0)
+    lr: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0)
 
 
 # ---- the engine's state -----------------------------------------------------------------------
@@ -193,6 +200,7 @@ class Engine:
     ls_question: str | None = None            # Label Studio pre-annotation: ask this instead of proposals
     ls_ocr: str = "auto"                      # OCR of the images Label Studio tasks bring (importer modes)
     model_version: str = "dociq"
+    checkpoint: Path | None = None            # what the predictor was loaded from (a retrain's base)
     proposals: dict = field(default_factory=dict)   # (page id, points_per_side) -> list of region dicts
     retrain_state: dict = field(default_factory=lambda: {"running": False, "last": None, "error": None})
     retrain_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -209,9 +217,10 @@ class Engine:
         """Predict with a new checkpoint from now on (a retrain round promoted it)."""
         from dociq.predict import load_predictor
 
-        predictor = load_predictor(checkpoint)
+        predictor = load_predictor(checkpoint, self.cache.predictor.device)
         self.cache.set_predictor(predictor)
         self.proposals.clear()
+        self.checkpoint = Path(checkpoint)
         self.model_version = model_version_of(checkpoint)
 
 
@@ -259,7 +268,8 @@ def token_matches(given: str | None, expected: str) -> bool:
 
 def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, proposal_options: dict | None = None,
-               ls_question: str | None = None, ls_ocr: str = "auto", model_version: str | None = None):
+               ls_question: str | None = None, ls_ocr: str = "auto", model_version: str | None = None,
+               checkpoint: str | Path | None = None):
     """The FastAPI app of the engine.
 
     store:            an `EngineStore`.
@@ -274,6 +284,10 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                       + one seed per OCR line, classes named).
     ls_question:      Label Studio pre-annotations without a click: masks for this question instead
                       of the page's proposals.
+    ls_ocr:           OCR of the images Label Studio tasks add to the store ("auto": tesseract when
+                      installed, "none": no words).
+    checkpoint:       the file the predictor came from: a retrain round's starting point when the
+                      store has no promoted checkpoint yet.
     """
     from dociq.engine.page_cache import PageCache
 
@@ -281,7 +295,8 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     options.update(proposal_options or {})
     engine = Engine(store=store, cache=PageCache.from_store(predictor, store, capacity=cache_size), token=token,
                     max_upload_bytes=int(max_upload_bytes), proposal_options=options, ls_question=ls_question,
-                    ls_ocr=ls_ocr, model_version=model_version or model_version_of(store.checkpoint()))
+                    ls_ocr=ls_ocr, checkpoint=None if checkpoint is None else Path(checkpoint),
+                    model_version=model_version or model_version_of(checkpoint or store.checkpoint()))
     app = FastAPI(title="dociq data engine", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
 
@@ -441,7 +456,7 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     # -- retrain -------------------------------------------------------------------------------
     @app.post("/api/retrain")
     def retrain(body: RetrainBody | None = None):
-        return start_retrain(engine, (body.model_dump() if body else {}))
+        return start_retrain(engine, body.model_dump(exclude_none=True) if body else {})
 
     @app.get("/api/retrain")
     def retrain_status():
@@ -564,14 +579,16 @@ def start_retrain(engine: Engine, options: dict) -> Any:
         engine.retrain_state.update(running=True, error=None, started=time.time())
 
     def job():
-        from dociq.engine.retrain import run_round
+        from dociq.engine import retrain
 
         try:
-            result = run_round(engine.store, **options)
-            engine.retrain_state["last"] = result if isinstance(result, (dict, list, str, int, float)) else str(result)
-            checkpoint = engine.store.checkpoint()
-            if checkpoint is not None and model_version_of(checkpoint) != engine.model_version:
-                engine.reload_model(checkpoint)
+            before = engine.store.checkpoint()
+            result = retrain.run_round(engine.store, base_checkpoint=engine.checkpoint, **options)
+            engine.retrain_state["last"] = result.to_json() if hasattr(result, "to_json") else result
+            after = engine.store.checkpoint()
+            base = before or (Path(engine.checkpoint).resolve() if engine.checkpoint else None)
+            if after is not None and Path(after).resolve() != base:       # promoted: predict with it
+                engine.reload_model(after)
         except Exception as err:   # noqa: BLE001 — reported through GET /api/retrain
             log.exception("engine: retrain round failed")
             engine.retrain_state["error"] = " ".join(str(err).split()) or type(err).__name__
@@ -621,7 +638,7 @@ def build_app(data_dir: str | Path, checkpoint: str | Path | None = None, token:
         raise ValueError(f"no checkpoint: give --checkpoint CKPT (a stage=finetune .ckpt or a model folder); the "
                          f"store {store.data_dir} has none promoted yet")
     predictor = load_predictor(checkpoint, device)
-    return create_app(store, predictor, token=token, model_version=model_version_of(checkpoint), **options)
+    return create_app(store, predictor, token=token, checkpoint=checkpoint, **options)
 
 
 def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str = "127.0.0.1",

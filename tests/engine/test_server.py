@@ -293,12 +293,55 @@ def test_upload_size_cap_is_413(store, predictor):
     assert len(store.pages()) == 2
 
 
-def test_retrain_endpoint(client):
-    res = client.post("/api/retrain", json={})
-    if server.retrain_available():
-        assert res.status_code in (202, 409)
-    else:
+def wait_for_retrain(client, seconds=30.0):
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        state = client.get("/api/retrain").json()
+        if not state["running"]:
+            return state
+        time.sleep(0.05)
+    raise AssertionError("the retrain round did not finish")
+
+
+def test_retrain_runs_a_round_in_the_background_and_reloads_a_promoted_model(store, predictor, monkeypatch,
+                                                                              finetune_checkpoint, tmp_path):
+    if not server.retrain_available():
+        res = make_client(store, predictor).post("/api/retrain", json={})
         assert res.status_code == 501 and "not available" in res.json()["error"]
+        return
+    import shutil
+
+    from dociq.engine import retrain
+
+    calls = []
+    promoted = tmp_path / "round1.ckpt"
+    shutil.copy(finetune_checkpoint[0], promoted)
+
+    def fake_round(store_, base_checkpoint=None, **options):   # no training in tests: the round's contract
+        calls.append((store_, base_checkpoint, options))
+        if options.get("steps") == 13:
+            raise ValueError("no accepted annotations: nothing to train on")
+        store_.set_checkpoint(promoted)
+        return {"status": "promoted"}
+
+    monkeypatch.setattr(retrain, "run_round", fake_round)
+    client = make_client(store, predictor, checkpoint=finetune_checkpoint[0])
+    page = first_page(store)
+    client.post(f"/api/pages/{page.id}/predict", json={"question": "the title"})
+    assert client.post("/api/retrain", json={"steps": 0}).status_code == 422
+    assert client.post("/api/retrain", json={"overrides": ["trainer.max_steps=1"]}).status_code == 422
+    res = client.post("/api/retrain", json={"steps": 5})
+    assert res.status_code == 202, res.text
+    state = wait_for_retrain(client)
+    assert state["error"] is None and state["last"] == {"status": "promoted"}
+    assert calls[0][0] is store and calls[0][1] == finetune_checkpoint[0] and calls[0][2] == {"steps": 5}
+    engine = client.app.state.engine
+    assert engine.checkpoint == promoted.resolve() and engine.cache.cached_pages() == []   # new model, fresh cache
+    assert client.post(f"/api/pages/{page.id}/predict", json={"question": "the title"}).json()["embedded"] is True
+    assert client.post("/api/retrain", json={"steps": 13}).status_code == 202
+    assert "nothing to train on" in wait_for_retrain(client)["error"]
 
 
 # ---- auth, static files, binding ---------------------------------------------------------------

@@ -364,8 +364,16 @@ $("upload").addEventListener("change", async (ev) => {
   ev.target.value = "";
 });
 $("retrain").onclick = async () => {
-  try { await api("POST", "api/retrain", {}); say("retrain round started"); }
-  catch (err) { say(err.message, true); }
+  try { await api("POST", "api/retrain", {}); say("retrain round started…"); }
+  catch (err) { say(err.message, true); return; }
+  const poll = setInterval(async () => {          // a round trains for minutes: report when it ends
+    let st;
+    try { st = await api("GET", "api/retrain"); } catch (err) { clearInterval(poll); say(err.message, true); return; }
+    if (st.running) return;
+    clearInterval(poll);
+    if (st.error) say("retrain failed: " + st.error, true);
+    else { say("retrain round: " + ((st.last && st.last.status) || "done")); await loadPages(false); }
+  }, 3000);
 };
 
 // ---- controls and keys
