@@ -626,6 +626,39 @@ def check_bind(host: str, token: str | None) -> str | None:
     return token
 
 
+class ServerThread:
+    """Run an app with uvicorn in a background thread (tests, notebooks, benchmarks):
+
+        with ServerThread(app) as url:      # http://127.0.0.1:<free port>
+            httpx.get(url + "/api/pages")
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> None:
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                    lifespan="off"))
+        self.server.install_signal_handlers = lambda: None    # not the main thread
+        self.thread = threading.Thread(target=self.server.run, name="dociq-engine-server", daemon=True)
+        self.host, self.timeout = host, timeout
+        self.url = ""
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.time() + self.timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.time() > deadline:
+                raise RuntimeError("the engine server did not start (is the port free?)")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{port}"
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(self.timeout)
+
+
 def build_app(data_dir: str | Path, checkpoint: str | Path | None = None, token: str | None = None,
               device: str = "cpu", create: bool = False, **options):
     """The app for a store folder and a checkpoint (default: the store's promoted checkpoint)."""

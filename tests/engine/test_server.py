@@ -182,8 +182,9 @@ def test_accept_last_prediction_undo_relabel_progress_export(client, store):
     assert store.annotation(ann_id).category == "table"
 
     export = client.get("/api/export").json()
-    assert [a["category_id"] for a in export["annotations"] if a.get("category_id")]
-    assert len(export["images"]) == 1
+    assert [(a["id"], a["segmentation"]) for a in export["annotations"]] == [(ann_id, record.rle)]
+    assert export["categories"] == [{"id": 1, "name": "table", "supercategory": "document"}]
+    assert [img["page_id"] for img in export["images"]] == [page.id]
 
     assert client.post(f"/api/annotations/{ann_id}/undo").json() == {"id": ann_id, "undone": True}
     assert client.get("/api/progress").json()["accepted"] == 0
