@@ -141,11 +141,12 @@ class LogProgress(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        self._val = {k: v for k, v in trainer.callback_metrics.items()
-                     if k.startswith("val/") and _scalar(v) is not None}
+        every = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/") and _scalar(v) is not None}
+        # the step lines repeat what the progress bar shows (val/loss, val/miou), or all if it shows none
+        self._val = {k: v for k, v in every.items() if k in trainer.progress_bar_metrics} or every
         self._val_step = trainer.global_step
-        if trainer.is_global_zero and self._val:
-            self._print(f"[dociq] validation at step {trainer.global_step}: {format_metrics(self._val)}")
+        if trainer.is_global_zero and every:
+            self._print(f"[dociq] validation at step {trainer.global_step}: {format_metrics(every)}")
 
     def line(self, trainer: L.Trainer, now: float | None = None) -> str:
         """The progress line at the trainer's current step."""

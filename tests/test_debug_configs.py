@@ -123,7 +123,9 @@ def test_log_progress_prints_every_n_steps_with_speed_and_eta(monkeypatch):
         trainer.progress_bar_metrics = {"train/loss": torch.tensor(5.0 - step / 10)}
         cb.on_train_batch_end(trainer, None, None, None, step - 1)
         if step == 20:
-            trainer.callback_metrics = {"val/loss": torch.tensor(1.25), "train/loss": torch.tensor(3.0)}
+            trainer.callback_metrics = {"val/loss": torch.tensor(1.25), "val/mlm": torch.tensor(9.5),
+                                        "train/loss": torch.tensor(3.0)}
+            trainer.progress_bar_metrics["val/loss"] = torch.tensor(1.25)   # prog_bar=True
             cb.on_validation_end(trainer, None)
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[dociq] training from step 0 to 300 (progress every 10 steps or 1000 s)"
@@ -132,7 +134,8 @@ def test_log_progress_prints_every_n_steps_with_speed_and_eta(monkeypatch):
     # 30 steps in 15 s: 2 it/s, 270 steps left: 2:15
     assert "2.00 it/s" in steps[-1] and "elapsed 0:15" in steps[-1] and "ETA 2:15" in steps[-1]
     assert "train/loss=2" in steps[-1] and "val/loss=1.25 (step 20)" in steps[-1]
-    assert "[dociq] validation at step 20: val/loss=1.25" in lines
+    assert "val/mlm" not in steps[-1]     # step lines: the bar's metrics; the validation line: all
+    assert "[dociq] validation at step 20: val/loss=1.25  val/mlm=9.5" in lines
 
 
 def test_log_progress_also_prints_after_every_n_seconds(monkeypatch):
