@@ -1,6 +1,7 @@
 """The data engine's server: model-assisted annotation in the browser (SAM's data engine loop).
 
     python -m dociq.engine.server DATA_DIR --checkpoint run.ckpt            # http://127.0.0.1:8765/
+    dociq engine serve --data DATA_DIR --checkpoint run.ckpt                # the same through the dociq command
     python -m dociq.engine.server DATA_DIR --host 0.0.0.0 --token SECRET    # on a network: token required
 
     from dociq.engine.server import create_app
@@ -51,6 +52,7 @@ TOKEN_COOKIE = "dociq_engine_token"
 DEFAULT_PORT = 8765
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 2**20
 MASK_COLOUR = (30, 144, 255)
+MAX_PROPOSAL_PAGES = 64          # pages whose "propose all" regions stay cached
 # magic bytes of the uploads the importer reads
 UPLOAD_TYPES = {b"\x89PNG\r\n\x1a\n": ".png", b"\xff\xd8\xff": ".jpg", b"%PDF-": ".pdf"}
 
@@ -502,6 +504,8 @@ def page_proposals(engine: Engine, page_id: str, points_per_side: int | None = N
             segmenter = PageSegmenter(ActivePagePredictor(predictor), **options)
             return segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
         regions = engine.cache.run(page_id, run)
+        while len(engine.proposals) >= MAX_PROPOSAL_PAGES:              # bounded: oldest page out
+            engine.proposals.pop(next(iter(engine.proposals)))
         engine.proposals[key] = [{"index": i, "mask": mask_to_rle(r.mask), "mask_png": mask_png(r.mask),
                                   "box": [float(v) for v in r.box], "score": float(r.score),
                                   "category": r.category, "area": r.area} for i, r in enumerate(regions)]
@@ -693,7 +697,9 @@ def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dociq engine", description="The data engine: annotate pages in the browser "
                                 "with the model's help (docs/engine_server.md).")
-    p.add_argument("data_dir", help="the engine store folder (engine.sqlite + pages/)")
+    p.add_argument("data_dir", nargs="?", help="the engine store folder (engine.sqlite + pages/)")
+    p.add_argument("--data", dest="data_flag", default=None, help="the store folder (as the other "
+                   "`dociq engine` commands take it; same as the positional DATA_DIR)")
     p.add_argument("--checkpoint", help="a stage=finetune .ckpt or model folder (default: the store's checkpoint)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -708,9 +714,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if bool(args.data_dir) == bool(args.data_flag):
+        parser.error("give the store folder once: DATA_DIR or --data DIR")
     try:
-        serve(args.data_dir, args.checkpoint, host=args.host, port=args.port, token=args.token,
+        serve(args.data_dir or args.data_flag, args.checkpoint, host=args.host, port=args.port, token=args.token,
               device=args.device, create=args.create, cache_size=args.cache_size, ls_question=args.ls_question)
     except (FileNotFoundError, ValueError) as err:
         if args.debug:
