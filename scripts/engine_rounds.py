@@ -66,17 +66,18 @@ def fmt(v, spec=".2f", scale=1.0):
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("| model | pages annotated | masks | clicks/mask | drawn | held-out clicks/mask | held-out mIoU | "
-            "retrain: steps, mIoU old -> new | promoted |")
+    head = ("| model | pages annotated | masks | clicks/mask | clicks to IoU .75 | drawn | held-out clicks/mask "
+            "| held-out clicks to .75 | held-out mIoU | retrain: steps, mIoU old -> new | promoted |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         rt = r.get("retrain")
         retrain = "-" if rt is None else f"{rt['steps']}, {100 * rt['miou_old']:.1f} -> {100 * rt['miou_new']:.1f}"
         promoted = "-" if rt is None else ("yes" if rt["promoted"] else "REFUSED")
+        h = r["heldout"]
         print(f"| m{r['model']} | {r['pages_annotated']} | {r['masks']} | {fmt(r['clicks_per_mask'])} | "
-              f"{fmt(r['drawn_fraction'], '.0f', 100)}% | {fmt(r['heldout']['clicks_per_mask'])} | "
-              f"{fmt(r['heldout']['first_iou'], '.1f', 100)} | {retrain} | {promoted} |")
+              f"{fmt(r['noc@75'])} | {fmt(r['drawn_fraction'], '.0f', 100)}% | {fmt(h['clicks_per_mask'])} | "
+              f"{fmt(h['noc@75'])} | {fmt(h['first_iou'], '.1f', 100)} | {retrain} | {promoted} |")
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -88,18 +89,24 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     a.plot(x, [r["clicks_per_mask"] for r in rows], "o-", label="pages being annotated")
     a.plot(x, [r["heldout"]["clicks_per_mask"] for r in rows], "s--", label="fixed held-out pages")
+    a.plot(x, [r["noc@75"] for r in rows], "o:", color="C0", alpha=0.6, label="annotated, to IoU 0.75")
+    a.plot(x, [r["heldout"]["noc@75"] for r in rows], "s:", color="C1", alpha=0.6, label="held-out, to IoU 0.75")
     a.set_xlabel("model (m0 = starting checkpoint, m_r = after r rounds)")
-    a.set_ylabel(f"clicks per mask (IoU >= {IOU_TARGET}, max {MAX_CLICKS})")
+    a.set_ylabel(f"clicks per mask (to IoU {IOU_TARGET}, max {MAX_CLICKS})")
     a.set_xticks(x)
     a.legend(fontsize=8)
     b.plot(x, [100 * r["heldout"]["first_iou"] for r in rows], "o-", color="C2")
     b.set_xlabel("model")
     b.set_ylabel("held-out mIoU x100 (question only)")
     b.set_xticks(x)
-    for r in rows:
+    for r in rows:   # each round's candidate, kept or refused
         rt = r.get("retrain")
-        if rt is not None and not rt["promoted"]:
-            b.annotate("refused", (r["model"] + 1, 100 * rt["miou_new"]), fontsize=8, color="C3")
+        if rt is not None:
+            kept = rt["promoted"]
+            b.plot([r["model"] + 1], [100 * rt["miou_new"]], "x", color="C2" if kept else "C3", ms=8)
+            if not kept:
+                b.annotate("refused", (r["model"] + 1, 100 * rt["miou_new"]), fontsize=8, color="C3",
+                           xytext=(4, -10), textcoords="offset points")
     fig.suptitle("data engine rounds (simulated annotator)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

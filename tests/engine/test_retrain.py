@@ -9,27 +9,32 @@ import pytest
 from dociq.data.schema import Page, Question
 from dociq.data.synthetic import generate_page
 from dociq.engine.retrain import MixedDocuments, RoundFailedError, TrainJob, run_round
-from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth
+from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth, summarise
 from dociq.engine.store import EngineStore
 
 
 class ClickCountingPredictor:
-    """Answers the question with a wrong mask until it has seen `k` clicks, then with the truth;
-    records the prompts it got."""
+    """Answers a question with a wrong (empty) mask until it has seen `k[question]` clicks, then
+    with the truth; records the prompts of every call."""
 
-    def __init__(self, targets: dict[str, np.ndarray], k: int):
-        self.targets, self.k, self.calls = targets, k, []
+    def __init__(self, targets: dict[str, np.ndarray], k):
+        self.targets, self.calls = targets, []
+        self.k = k if isinstance(k, dict) else {q: k for q in targets}
 
     def set_image(self, image, words=None, word_boxes=None):
         self.size = image.shape[:2]
 
     def predict_masks(self, question=None, points=None, point_labels=None, boxes=None, mask_input=None):
-        n = 0 if points is None else len(points)
-        self.calls.append((question, n, None if point_labels is None else list(point_labels),
+        questions = [question] if isinstance(question, str) else list(question)
+        n = 0 if points is None else np.asarray(points).shape[1]
+        if points is not None:
+            assert np.asarray(points).shape == (len(questions), n, 2)
+            assert np.asarray(mask_input).shape == (len(questions), 1, 16, 16)
+        self.calls.append((questions, n, None if point_labels is None else np.asarray(point_labels).tolist(),
                            mask_input is not None))
-        target = self.targets[question]
-        mask = target.copy() if n >= self.k else np.zeros(self.size, bool)
-        return mask[None], np.ones(1, np.float32), np.zeros((1, 1, 16, 16), np.float32)
+        masks = np.stack([self.targets[q].copy() if n >= self.k[q] else np.zeros(self.size, bool)
+                          for q in questions])
+        return masks, np.ones(len(questions), np.float32), np.zeros((len(questions), 1, 16, 16), np.float32)
 
 
 def _square_page(size=64) -> Page:
@@ -60,14 +65,29 @@ def test_annotator_counts_the_clicks_the_model_needs(tmp_path, k):
     assert [r.clicks for r in results] == [k, k]
     assert all(r.iou == 1.0 and not r.drawn for r in results)
     assert [r.first_iou for r in results] == ([1.0, 1.0] if k == 0 else [0.0, 0.0])
-    # the model saw every click with the question and (after the first answer) its previous logits
-    first_question = [c for c in predictor.calls if c[0] == "the total"]
-    assert [c[1] for c in first_question] == list(range(k + 1))
-    assert all(c[3] for c in first_question[1:]) and not first_question[0][3]
+    # one call per click for all targets still being corrected, with the questions, every click so
+    # far and (after the first answer) the previous logits
+    assert [(c[0], c[1], c[3]) for c in predictor.calls] == (
+        [(["the total", "the date"], 0, False)] + [(["the total", "the date"], n, True) for n in range(1, k + 1)])
+    assert all(r.ious == [0.0] * k + [1.0] for r in results)
     saved = store.annotations(pid)
     assert [(a.question, a.clicks, a.kind, a.author) for a in saved] == [
         ("the total", k, "layout", "simulated"), ("the date", k, "reading", "simulated")]
     assert np.array_equal(saved[0].mask, page.questions[0].mask)
+
+
+def test_annotator_drops_finished_targets_from_the_batch(tmp_path):
+    page = _square_page()
+    store, pid = _store_with_page(tmp_path, page)
+    predictor = ClickCountingPredictor({q.text: q.mask for q in page.questions}, {"the total": 1, "the date": 4})
+    results = annotate_page(predictor, store, pid, page)
+    assert [r.clicks for r in results] == [1, 4]
+    assert [c[0] for c in predictor.calls] == [["the total", "the date"]] * 2 + [["the date"]] * 3
+    # the first click on an empty answer is positive, inside the missed region
+    labels = predictor.calls[1][2]
+    assert labels == [[1], [1]]
+    s = summarise(results)
+    assert (s["masks"], s["clicks_per_mask"], s["drawn_fraction"], s["noc@75"]) == (2, 2.5, 0.0, 2.5)
 
 
 def test_annotator_draws_the_mask_after_max_clicks(tmp_path):
