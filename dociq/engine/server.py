@@ -52,6 +52,7 @@ TOKEN_COOKIE = "dociq_engine_token"
 DEFAULT_PORT = 8765
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 2**20
 MASK_COLOUR = (30, 144, 255)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 MAX_PROPOSAL_PAGES = 64          # pages whose "propose all" regions stay cached
 # magic bytes of the uploads the importer reads
 UPLOAD_TYPES = {b"\x89PNG\r\n\x1a\n": ".png", b"\xff\xd8\xff": ".jpg", b"%PDF-": ".pdf"}
@@ -272,7 +273,7 @@ def token_matches(given: str | None, expected: str) -> bool:
 def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, proposal_options: dict | None = None,
                ls_question: str | None = None, ls_ocr: str = "auto", model_version: str | None = None,
-               checkpoint: str | Path | None = None):
+               checkpoint: str | Path | None = None, trusted_hosts: list[str] | None = None):
     """The FastAPI app of the engine.
 
     store:            an `EngineStore`.
@@ -291,6 +292,12 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                       installed, "none": no words).
     checkpoint:       the file the predictor came from: a retrain round's starting point when the
                       store has no promoted checkpoint yet.
+    trusted_hosts:    Host headers to answer (others get 400): `serve` passes the loopback names when
+                      it runs without a token, so a DNS-rebinding page cannot reach the engine.
+
+    A browser request from another origin (an `Origin` header that is not this server) may not
+    change anything (403 on POST/PATCH/PUT/DELETE): no other web page can upload into or annotate
+    a store through the user's browser.
     """
     from dociq.engine.page_cache import PageCache
 
@@ -302,6 +309,10 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                     model_version=model_version or model_version_of(checkpoint or store.checkpoint()))
     app = FastAPI(title="dociq data engine", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
+    if trusted_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(trusted_hosts))
 
     # -- errors: JSON messages, never a traceback ----------------------------------------------
     def error(status: int, message: str, **extra) -> JSONResponse:
@@ -346,6 +357,12 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
                                               f"the server was started with, --token or {TOKEN_ENV})"},
                                     status_code=401, headers={"WWW-Authenticate": "Bearer"})
             set_cookie = from_query
+        origin = request.headers.get("origin")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and origin is not None:
+            from urllib.parse import urlparse
+
+            if urlparse(origin).netloc != request.headers.get("host", ""):
+                return error(403, f"cross-origin request from {origin} refused: use the engine's own page")
         if request.url.path == "/api/uploads":
             length = request.headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > engine.max_upload_bytes + 2**20:
@@ -688,6 +705,8 @@ def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str 
     import uvicorn
 
     token = check_bind(host, token)
+    if token is None:       # loopback without a token: answer only loopback Host names (DNS rebinding)
+        options.setdefault("trusted_hosts", list(LOOPBACK_NAMES))
     app = build_app(data_dir, checkpoint, token=token, **options)
     where = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
     print(f"dociq engine: open {where}", file=sys.stderr)

@@ -369,6 +369,22 @@ def test_token_required_on_every_route(store, predictor):
     assert res.status_code == 401
 
 
+def test_cross_origin_writes_and_foreign_hosts_are_refused(store, predictor):
+    client = make_client(store, predictor)
+    page = first_page(store)
+    url = f"/api/pages/{page.id}/predict"
+    res = client.post(url, json={"question": "x"}, headers={"Origin": "http://evil.example"})
+    assert res.status_code == 403 and "cross-origin" in res.json()["error"]
+    assert client.post(url, json={"question": "x"}, headers={"Origin": "http://testserver"}).status_code == 200
+    assert client.get("/api/pages", headers={"Origin": "http://evil.example"}).status_code == 200   # reads: CORS
+    res = client.post(
+        "/api/uploads", files=[("files", ("a.png", png_bytes(), "image/png"))], headers={"Origin": "null"})
+    assert res.status_code == 403 and len(store.pages()) == 2
+    guarded = make_client(store, predictor, trusted_hosts=list(server.LOOPBACK_NAMES))
+    assert guarded.get("/api/pages").status_code == 400                       # Host: testserver
+    assert guarded.get("/api/pages", headers={"Host": "127.0.0.1:8765"}).status_code == 200
+
+
 def test_static_files_and_index(client):
     assert "dociq data engine" in client.get("/", headers={"accept": "text/html"}).text
     assert client.get("/static/app.js").status_code == 200
