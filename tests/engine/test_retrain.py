@@ -279,3 +279,29 @@ def test_one_real_round_on_a_tiny_store(tmp_path, finetune_checkpoint):
     # the new checkpoint is a stage=finetune checkpoint the Predictor (and the next round) can load
     from dociq.predict import Predictor
     Predictor.from_checkpoint(result.new_checkpoint)
+
+
+def test_cli_runs_a_round_and_reports_it(tmp_path, monkeypatch, capsys):
+    from dociq.engine import retrain
+
+    store, pages = _engine_store(tmp_path)
+    _annotate_train(store, pages)
+    base = tmp_path / "base.ckpt"
+    base.write_bytes(b"old weights")
+    monkeypatch.setattr(retrain, "train_subprocess", _fake_train(tmp_path))
+    monkeypatch.setattr(retrain, "heldout_miou", lambda ckpt, anns, s: {
+        "miou": 0.5 if Path(ckpt).read_bytes() == b"old weights" else 0.55, "per_kind": {}})
+    assert retrain.main(["--data", str(store.data_dir), "--steps", "5", "--checkpoint", str(base),
+                         "--heldout-min", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "round 1:" in out and "50.0 -> 55.0" in out and "PROMOTED" in out
+    assert store.checkpoint() is not None and store.checkpoint() != base.resolve()
+
+    def failing(job):
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        job.log_path.write_text("boom")
+        raise retrain.RoundFailedError(f"the round's training run failed; its log is {job.log_path}", job.log_path)
+    monkeypatch.setattr(retrain, "train_subprocess", failing)
+    assert retrain.main(["--data", str(store.data_dir), "--steps", "5", "--heldout-min", "2"]) == 1
+    assert "train.log" in capsys.readouterr().err
+    assert len(store.rounds()) == 1
