@@ -1,8 +1,9 @@
 """Sweeps (Hydra multirun, Optuna) and loggers (CSV, TensorBoard, W&B offline) of train.py.
 
-Fast (default suite): the Optuna search config composes; one short in-process run logs to all
-three loggers at once and each leaves its run files. Slow: real `python train.py -m` sweeps and one
-CLI run per logger.
+Fast (default suite): the Optuna search config composes for each stage (space and direction follow
+it); one short in-process run logs to all three
+loggers at once and each leaves its run files; the figure scripts write into the run folder. Slow:
+a pretraining and a 2-trial fine-tuning Optuna sweep (val/miou maximised), one CLI run per logger.
 """
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
 
 @pytest.mark.slow
 def test_optuna_finetune_sweep_maximises_miou(tmp_path):
-    """Two fine-tuning trials of two steps on 128-px pages: the fine-tune space, maximised val/miou."""
+    """Two fine-tuning trials of two steps on 128-px pages: the fine-tune space, maximised val/miou
+    (25-65 s on two shared cores: slow)."""
     sweep_dir = tmp_path / "optuna_ft"
     out = _train_cli(["-m", "hparams_search=optuna", "stage=finetune", "model.image_size=128",
                       "++model.text_encoder.num_hidden_layers=1", "++model.fusion.depth=1",
