@@ -1,8 +1,8 @@
 """Sweeps (Hydra multirun, Optuna) and loggers (CSV, TensorBoard, W&B offline) of train.py.
 
 Fast (default suite): the Optuna search config composes for each stage (space and direction follow
-it); one short in-process run logs to all three
-loggers at once and each leaves its run files; the figure scripts write into the run folder. Slow:
+it); one short in-process run logs to all three loggers at once and each leaves its run files; the
+figure scripts write into the run folder. Slow:
 a pretraining and a 2-trial fine-tuning Optuna sweep (val/miou maximised), one CLI run per logger.
 """
 from __future__ import annotations
