@@ -442,7 +442,7 @@ def draw_overlay(image: np.ndarray, regions: Sequence[Region], alpha: float = 0.
 # ---- command line ------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dociq.automatic",
+    p = argparse.ArgumentParser(prog="dociq segment-page",
                                 description="Segment every region of a page and name its layout class.")
     p.add_argument("checkpoint", help="a stage=finetune checkpoint (.ckpt) or a from_pretrained folder")
     p.add_argument("image", nargs="?", help="page image (or give --pdf FILE --page N)")

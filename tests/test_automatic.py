@@ -200,6 +200,18 @@ def test_class_answer_parts_become_box_prompts():
     assert all(r.score == pytest.approx(0.9) for r in regions)
 
 
+def test_multimask_best_keeps_one_candidate_per_click():
+    size = (64, 64)
+    # the 1-px-wider twin (candidate 1) would survive NMS at a threshold of 0.99; with "best" it never exists
+    objects = [("table", (8, 8, 40, 40))]
+    every = PageSegmenter(ScriptedPredictor(size, objects), points_per_side=4, seeds=("grid",),
+                          box_nms_thresh=0.99, classify=False).segment(np.zeros((*size, 3), np.uint8))
+    best = PageSegmenter(ScriptedPredictor(size, objects), points_per_side=4, seeds=("grid",), multimask="best",
+                         box_nms_thresh=0.99, classify=False).segment(np.zeros((*size, 3), np.uint8))
+    assert len(every) == 2 and len(best) == 1
+    assert tuple(best[0].box.astype(int)) == (8, 8, 40, 40) and best[0].category == "region"
+
+
 def test_thresholds_filter_and_bad_settings_are_named():
     size = (64, 64)
     predictor = ScriptedPredictor(size, [("table", (8, 8, 40, 40))])
@@ -257,3 +269,16 @@ def test_cli_writes_overlay_and_coco_results(finetune_checkpoint, synthetic_page
     assert "regions; overlay written to" in capsys.readouterr().out
     assert main([str(finetune_checkpoint[0]), str(tmp_path / "nope.png")]) == 2
     assert "nope.png does not exist" in capsys.readouterr().err
+
+
+def test_cli_segments_a_pdf_page_with_its_text_layer(finetune_checkpoint, text_pdf, tmp_path, capsys):
+    lines = [(14, 40, 300, "Quarterly report"), (10, 40, 260, "Revenue grew in every region"),
+             (10, 40, 240, "Costs fell slightly")]
+    (tmp_path / "doc.pdf").write_bytes(text_pdf([lines], 300, 340))
+    args = [str(finetune_checkpoint[0]), "--pdf", str(tmp_path / "doc.pdf"), "--page", "1", "--dpi", "48",
+            "--seeds", "ocr_lines", "--pred-iou-thresh", "0", "--stability-score-thresh", "0",
+            "--min-region-area", "1", "--out", str(tmp_path / "o.png")]
+    assert main(args) == 0
+    assert (tmp_path / "o.png").is_file() and "regions; overlay written" in capsys.readouterr().out
+    assert main([*args[:3], "--page", "3"]) == 2                          # a page the PDF does not have
+    assert "--page 3" in capsys.readouterr().err
