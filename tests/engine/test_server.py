@@ -429,3 +429,13 @@ def test_rle_helpers_round_trip():
     runs = [(bool(v), len(list(g))) for v, g in groupby(mask.T.ravel())]   # column-major, zeros first
     counts = ([0] if runs[0][0] else []) + [n for _, n in runs]
     assert np.array_equal(rle_to_mask({"size": [23, 17], "counts": counts}, (23, 17)), mask)
+
+
+def test_build_app_from_a_store_folder(store, finetune_checkpoint):
+    with pytest.raises(ValueError, match="--checkpoint"):
+        server.build_app(store.data_dir)
+    store.set_checkpoint(finetune_checkpoint[0])                 # the store's promoted checkpoint is the default
+    client = TestClient(server.build_app(store.data_dir, trusted_hosts=["testserver"]))
+    page = first_page(store)
+    assert client.post(f"/api/pages/{page.id}/predict", json={"question": "the title"}).status_code == 200
+    assert client.get("/health").json()["model_version"].startswith(f"dociq-{finetune_checkpoint[0].stem}")
