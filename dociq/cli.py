@@ -5,6 +5,7 @@
     dociq segment-page run.ckpt page.png                 # dociq.automatic (segment everything)
     dociq eval run.ckpt --pages 64                       # dociq.evaluate
     dociq export run.ckpt exported/                      # dociq.hub export
+    dociq engine import --data store/ pages/             # dociq.engine.cli (the data engine)
     dociq --debug predict ...                            # tracebacks instead of one-line errors
 
 Each subcommand's arguments go to its module unchanged (`dociq predict --help` is predict's help).
@@ -29,6 +30,7 @@ class Command:
     module: str | None                       # imported when the command runs
     prefix: tuple[str, ...] = ()             # arguments put before the user's (e.g. hub's "export")
     takes_debug: bool = False                # the module's own parser has --debug
+    missing: str | None = None               # the error when the module is not installed
 
 
 COMMANDS: dict[str, Command] = {
@@ -40,7 +42,9 @@ COMMANDS: dict[str, Command] = {
     "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.evaluate"),
     "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.hub", prefix=("export",),
                       takes_debug=True),
-    "engine": Command("the data engine (not available yet)", None),
+    "engine": Command("the data engine: import pages, annotate, export (dociq engine --help)", "dociq.engine.cli",
+                      missing="the data engine is not available yet (it is being built); "
+                              "train on data=synthetic|coco|funsd for now"),
 }
 
 
@@ -81,9 +85,10 @@ def load_main(name: str, cmd: Command) -> Callable:
     try:
         module = importlib.import_module(cmd.module)
     except ModuleNotFoundError as err:
-        if err.name != cmd.module:   # the module exists but one of its imports is missing
-            raise
-        raise UsageError(f"{cmd.module} is not part of this dociq install (yet): `dociq {name}` "
+        parts = cmd.module.split(".")
+        if err.name not in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
+            raise   # the module is there but one of its own imports failed: a real error
+        raise UsageError(cmd.missing or f"{cmd.module} is not part of this dociq install (yet): `dociq {name}` "
                          f"is not available; update dociq (git pull && pip install -e .)") from err
     return module.main
 
@@ -118,9 +123,6 @@ def run_module(name: str, args: list[str], debug: bool) -> int:
 
 
 def dispatch(name: str, args: list[str], debug: bool) -> int:
-    if name == "engine":
-        raise UsageError("the data engine is not available yet (it is being built); "
-                         "train on data=synthetic|coco|funsd for now")
     if name == "train":
         return run_train(args, debug)
     return run_module(name, args, debug)

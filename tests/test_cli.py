@@ -71,12 +71,25 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch, how):
         cli.main(["--debug", *args] if how == "flag" else args)
 
 
-def test_engine_is_not_available_yet(tmp_path):
-    out = _dociq(["engine", "run"], tmp_path)
+def test_engine_without_a_command_is_a_usage_error(tmp_path):
+    out = _dociq(["engine"], tmp_path)
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
+    assert out.stderr.strip().splitlines()[-1].startswith("dociq engine: error: ")
+
+
+def test_engine_not_installed_is_one_line_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "dociq.engine.cli", None)   # import fails as if the file were missing
+    assert cli.main(["engine", "import", "--data", "store", "pages"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "dociq engine: error: the data engine is not available yet (it is being built); "
         "train on data=synthetic|coco|funsd for now"]
+
+
+def test_engine_reaches_the_engine_cli(capsys):
+    pytest.importorskip("dociq.engine.cli")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["engine", "--help"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: dociq engine")
 
 
 def test_unknown_command_names_the_choices(tmp_path):
@@ -133,3 +146,13 @@ def test_value_errors_from_a_module_are_one_line_unless_debug(monkeypatch, capsy
     assert capsys.readouterr().err == "dociq eval: error: trainer.max_steps=abc must be a positive integer\n"
     with pytest.raises(ConfigError):
         cli.main(["--debug", "eval"])
+
+
+def test_a_missing_dependency_inside_a_module_is_not_hidden(tmp_path, monkeypatch):
+    """Only the subcommand's own module being absent is "not available"; a module that is there but
+    fails to import one of its dependencies raises, so the real cause is shown."""
+    (tmp_path / "dociq_broken_cmd.py").write_text("import a_dependency_that_is_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.COMMANDS, "eval", cli.Command("eval", "dociq_broken_cmd"))
+    with pytest.raises(ModuleNotFoundError, match="a_dependency_that_is_not_installed"):
+        cli.main(["eval"])
