@@ -465,7 +465,8 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     def export(split: str | None = None):
         from dociq.engine.coco_export import export_coco
 
-        with tempfile.TemporaryDirectory() as tmp:
+        # inside the store folder: the export hard-links the page PNGs instead of copying them
+        with tempfile.TemporaryDirectory(prefix=".export-", dir=engine.data_dir) as tmp:
             path = export_coco(store, Path(tmp) / "export.json", split=split)
             return Response(Path(path).read_bytes(), media_type="application/json")
 
@@ -515,18 +516,22 @@ def page_proposals(engine: Engine, page_id: str, points_per_side: int | None = N
         options["points_per_side"] = points_per_side
     key = (page_id, options.get("points_per_side"))
     start = time.perf_counter()
-    if refresh or key not in engine.proposals:
+    cached = None if refresh else engine.proposals.get(key)
+    if cached is None:
         def run(predictor):
             page = predictor.page
             segmenter = PageSegmenter(ActivePagePredictor(predictor), **options)
             return segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
         regions = engine.cache.run(page_id, run)
-        while len(engine.proposals) >= MAX_PROPOSAL_PAGES:              # bounded: oldest page out
-            engine.proposals.pop(next(iter(engine.proposals)))
-        engine.proposals[key] = [{"index": i, "mask": mask_to_rle(r.mask), "mask_png": mask_png(r.mask),
-                                  "box": [float(v) for v in r.box], "score": float(r.score),
-                                  "category": r.category, "area": r.area} for i, r in enumerate(regions)]
-    return engine.proposals[key], 1e3 * (time.perf_counter() - start)
+        found = [{"index": i, "mask": mask_to_rle(r.mask), "mask_png": mask_png(r.mask),
+                  "box": [float(v) for v in r.box], "score": float(r.score), "category": r.category,
+                  "area": r.area} for i, r in enumerate(regions)]
+        with engine.cache.lock:                                           # handlers run in threads
+            while len(engine.proposals) >= MAX_PROPOSAL_PAGES:          # bounded: oldest page out
+                engine.proposals.pop(next(iter(engine.proposals)))
+            engine.proposals[key] = found
+        return found, 1e3 * (time.perf_counter() - start)
+    return cached, 1e3 * (time.perf_counter() - start)
 
 
 # ---- uploads -----------------------------------------------------------------------------------
