@@ -322,6 +322,12 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     async def _request_error(_request, err: RequestError):
         return error(err.status, err.message)
 
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)            # unknown route, wrong method, ...
+    async def _http_error(_request, err: StarletteHTTPException):
+        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code, headers=err.headers)
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request, err: RequestValidationError):
         parts = []

@@ -141,6 +141,13 @@ def test_bad_prompts_are_422_with_the_reason(client, store, body, words):
     assert words in res.json()["error"]
 
 
+def test_unknown_routes_and_methods_are_json_4xx(client):
+    res = client.get("/api/nothing-here")
+    assert res.status_code == 404 and res.json()["error"] == "Not Found"
+    res = client.delete("/api/pages")
+    assert res.status_code == 405 and res.json()["error"]
+
+
 def test_malformed_json_is_422(client, store):
     res = client.post(f"/api/pages/{first_page(store).id}/predict", content=b'{"question": ',
                       headers={"content-type": "application/json"})
