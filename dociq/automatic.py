@@ -164,6 +164,27 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     return batched_nms(boxes.float(), scores.float(), torch.zeros(len(boxes), dtype=torch.long), iou_threshold)
 
 
+def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, bool]:
+    """Fill holes and drop islands smaller than `min_area` pixels (8-connected; SAM's
+    remove_small_regions, with scipy instead of OpenCV). The largest island stays even when it is
+    small. Returns the mask and whether it changed."""
+    structure = np.ones((3, 3), dtype=bool)
+    out = mask.copy()
+    holes, count = ndimage.label(~out, structure=structure)
+    if count:
+        sizes = np.bincount(holes.ravel(), minlength=count + 1)
+        small = np.nonzero(sizes < min_area)[0]
+        small = small[small > 0]
+        out |= np.isin(holes, small)
+    islands, count = ndimage.label(out, structure=structure)
+    if count > 1:
+        sizes = np.bincount(islands.ravel(), minlength=count + 1)
+        sizes[0] = 0
+        drop = [k for k in range(1, count + 1) if sizes[k] < min_area and k != int(sizes.argmax())]
+        out &= ~np.isin(islands, drop)
+    return out, bool((out != mask).any())
+
+
 def encode_rle(mask: np.ndarray) -> dict:
     """bool [H, W] -> COCO compressed RLE with a str `counts` (JSON-safe)."""
     rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
@@ -245,7 +266,9 @@ class PageSegmenter:
                       the highest predicted IoU per seed).
     pred_iou_thresh, stability_score_thresh, stability_score_offset, box_nms_thresh: as SAM's;
                       the defaults are lower than SAM's ViT-H ones (0.88 / 0.95) for small models.
-    min_region_area:  candidates (and class-answer parts) smaller than this many pixels are dropped.
+    min_region_area:  candidates (and class-answer parts) smaller than this many pixels are dropped;
+                      with `remove_small_regions`, the kept masks' holes and islands smaller than
+                      this are filled / removed (SAM's min_mask_region_area) and NMS runs again.
     classify:         ask the class questions and name each region (else all are "region").
     categories:       class name -> question (default: the layout classes the model was trained on).
     min_class_iou:    a region takes a class when its IoU with a part of the answer reaches this.
@@ -256,7 +279,7 @@ class PageSegmenter:
                  stability_score_thresh: float = 0.8, stability_score_offset: float = 1.0,
                  box_nms_thresh: float = 0.7, min_region_area: int = 64, classify: bool = True,
                  categories: Mapping[str, str] | None = None, min_class_iou: float = 0.5,
-                 mask_threshold: float = 0.0) -> None:
+                 mask_threshold: float = 0.0, remove_small_regions: bool = True) -> None:
         unknown = [s for s in seeds if s not in SEEDS]
         if unknown or not seeds:
             raise ValueError(f"seeds={tuple(seeds)!r}: choose one or more of {SEEDS}")
@@ -281,6 +304,7 @@ class PageSegmenter:
         self.stability_score_offset = stability_score_offset
         self.box_nms_thresh = box_nms_thresh
         self.min_region_area = int(min_region_area)
+        self.remove_small_regions = remove_small_regions
         self.classify = classify
         self.categories = dict(LAYOUT_QUESTIONS if categories is None else categories)
         self.min_class_iou = min_class_iou
@@ -367,11 +391,22 @@ class PageSegmenter:
         if not found.rles:
             return []
         boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
-        kept = nms(boxes, scores, self.box_nms_thresh)
-        return [Region(mask=decode_rle(found.rles[i]), box=boxes[i].numpy().astype(np.float32),
+        kept = nms(boxes, scores, self.box_nms_thresh).tolist()
+        masks = {i: decode_rle(found.rles[i]) for i in kept}
+        if self.remove_small_regions and self.min_region_area > 1:
+            # SAM's postprocess_small_regions: clean the survivors, then NMS again on the new boxes
+            changed = False
+            for i in kept:
+                masks[i], c = remove_small_regions(masks[i], self.min_region_area)
+                if c:
+                    boxes[i] = mask_boxes(torch.from_numpy(masks[i])[None])[0]
+                    changed = True
+            if changed:
+                kept = [kept[j] for j in nms(boxes[kept], scores[kept], self.box_nms_thresh).tolist()]
+        return [Region(mask=masks[i], box=boxes[i].numpy().astype(np.float32),
                        score=float(scores[i].clamp(0.0, 1.0)), stability=float(found.stability[i]), seed=found.seeds[i],
                        point=(float(found.points[i][0]), float(found.points[i][1])))
-                for i in kept.tolist()]
+                for i in kept]
 
     def _name_regions(self, regions: list[Region], class_masks: dict[str, np.ndarray]) -> None:
         stacked = np.stack([r.mask for r in regions])

@@ -10,8 +10,8 @@ from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
 from dociq.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
-                             grid_points, group_lines, line_points, main, mask_boxes, nms, stability_score,
-                             to_coco_results)
+                             grid_points, group_lines, line_points, main, mask_boxes, nms, remove_small_regions,
+                             stability_score, to_coco_results)
 
 
 # ---- seeds -------------------------------------------------------------------------------------
@@ -65,6 +65,21 @@ def test_mask_boxes_are_exclusive_pixel_boxes():
     m = torch.zeros(1, 20, 30, dtype=torch.bool)
     m[0, 5:9, 3:12] = True
     assert mask_boxes(m).tolist() == [[3.0, 5.0, 12.0, 9.0]]
+
+
+def test_small_holes_fill_and_small_islands_go():
+    m = np.zeros((40, 40), bool)
+    m[5:30, 5:30] = True
+    m[10:12, 10:12] = False                  # a 4-px hole
+    m[35:37, 35:37] = True                   # a 4-px island
+    m[15:25, 15:25] = False                  # a 100-px hole: stays
+    out, changed = remove_small_regions(m, min_area=10)
+    assert changed and out[10:12, 10:12].all() and not out[35:37, 35:37].any() and not out[15:25, 15:25].any()
+    assert out.sum() == 25 * 25 - 100
+    lone = np.zeros((10, 10), bool)
+    lone[2:4, 2:4] = True                    # the only island is kept even when small
+    out, changed = remove_small_regions(lone, 10)
+    assert not changed and (out == lone).all()
 
 
 # ---- classes and outputs -----------------------------------------------------------------------
@@ -210,6 +225,24 @@ def test_multimask_best_keeps_one_candidate_per_click():
                          box_nms_thresh=0.99, classify=False).segment(np.zeros((*size, 3), np.uint8))
     assert len(every) == 2 and len(best) == 1
     assert tuple(best[0].box.astype(int)) == (8, 8, 40, 40) and best[0].category == "region"
+
+
+def test_islands_are_removed_before_the_final_boxes():
+    class SpeckledPredictor(ScriptedPredictor):
+        def predict_masks(self, **kw):
+            logits, iou, low = super().predict_masks(**kw)
+            if kw.get("points") is not None:
+                logits[:, :, 60:62, 60:62] = 8.0             # a 4-px speck in the corner of every candidate
+            return logits, iou, low
+
+    size = (64, 64)
+    regions = PageSegmenter(SpeckledPredictor(size, [("table", (8, 8, 40, 40))]), points_per_side=4,
+                            seeds=("grid",), classify=False, min_region_area=16).segment(np.zeros((*size, 3), np.uint8))
+    assert tuple(regions[0].box.astype(int)) == (8, 8, 40, 40) and not regions[0].mask[60:62, 60:62].any()
+    kept = PageSegmenter(SpeckledPredictor(size, [("table", (8, 8, 40, 40))]), points_per_side=4, seeds=("grid",),
+                         classify=False, min_region_area=16, remove_small_regions=False).segment(
+        np.zeros((*size, 3), np.uint8))
+    assert tuple(kept[0].box.astype(int)) == (8, 8, 62, 62)
 
 
 def test_thresholds_filter_and_bad_settings_are_named():
