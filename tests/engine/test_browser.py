@@ -31,7 +31,10 @@ def live(tmp_path, finetune_checkpoint):
     for i in range(2):
         page = SyntheticDocuments(2, image_size=(330, 256), seed=11)[i]
         store.add_page(page.image, page.words, page.word_boxes, source=f"synthetic-{i}")
-    app = create_app(store, Predictor.from_checkpoint(finetune_checkpoint[0]))
+    # relaxed filters: the untrained test model's proposals pass them
+    app = create_app(store, Predictor.from_checkpoint(finetune_checkpoint[0]),
+                     proposal_options={"points_per_side": 2, "pred_iou_thresh": 0.0, "stability_score_thresh": 0.0,
+                                       "min_region_area": 1, "classify": False})
     with ServerThread(app) as url:
         yield url, store
 
@@ -108,4 +111,33 @@ def test_ask_click_accept_undo_in_the_browser(live, browser, repo_root):
     assert store.annotations(page_id) == []
     page.keyboard.press("n")
     page.wait_for_function(f"!document.getElementById('page-name').textContent.startsWith({page_id!r})")
+    assert errors == []
+
+
+def test_propose_all_then_accept_and_reject_proposals(live, browser):
+    url, store = live
+    page = browser.new_page(viewport={"width": 1280, "height": 820})
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(url + "/")
+    page.wait_for_selector("#page-list .page.current")
+    with page.expect_response(lambda r: r.url.endswith("/proposals")) as res:
+        page.click("#propose")
+    regions = res.value.json()["regions"]
+    assert regions
+    page.wait_for_function(f"document.querySelectorAll('#proposals .item').length === {len(regions)}")
+    with page.expect_response(lambda r: r.url.endswith("/annotations")) as first:
+        page.locator("#proposals .item .ok").first.click()
+    assert first.value.status == 201
+    page.wait_for_function("document.querySelectorAll('#annotations .item').length === 1")
+    if len(regions) > 1:
+        page.locator("#proposals .item .show").nth(1).click()
+        page.evaluate("document.activeElement.blur()")
+        with page.expect_response(lambda r: r.url.endswith("/annotations")):
+            page.keyboard.press("Backspace")
+    page_id = store.pages()[0].id
+    saved = store.annotations(page_id, status=None)
+    assert saved[0].status == "accepted" and saved[0].category == regions[0]["category"]
+    assert saved[0].rle["counts"] == regions[0]["mask"]["counts"]
+    assert [a.status for a in saved[1:]] == (["rejected"] if len(regions) > 1 else [])
     assert errors == []
