@@ -215,18 +215,32 @@ def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
     return torch.cat(boxes).numpy() if boxes else np.zeros((0, 4), np.float32)
 
 
-def mask_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """bool [N, H, W] x bool [K, H, W] -> float [N, K] mask IoU."""
+def _extent(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """y0, y1, x0, x1 (exclusive) of a bool mask; all 0 when it is empty."""
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if len(rows) else (0, 0, 0, 0)
+
+
+def mask_iou_matrix(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
+    """N bool [H, W] masks x K bool [H, W] masks -> float [N, K] mask IoU. Intersections are
+    counted inside the box where both masks can meet, so a page of many regions needs no
+    [N, H*W] float copy (a 1000 x 1000 page with 100 regions would take 400 MB)."""
+    iou = np.zeros((len(a), len(b)), dtype=np.float32)
     if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)), dtype=np.float32)
-    fa = torch.from_numpy(a.reshape(len(a), -1)).float()
-    fb = torch.from_numpy(b.reshape(len(b), -1)).float()
-    inter = fa @ fb.T
-    union = fa.sum(1, keepdim=True) + fb.sum(1)[None] - inter
-    return (inter / union.clamp(min=1)).numpy()
+        return iou
+    a_boxes, b_boxes = [_extent(m) for m in a], [_extent(m) for m in b]
+    a_area, b_area = [int(m.sum()) for m in a], [int(m.sum()) for m in b]
+    for k, (by0, by1, bx0, bx1) in enumerate(b_boxes):
+        for n, (ay0, ay1, ax0, ax1) in enumerate(a_boxes):
+            y0, y1, x0, x1 = max(ay0, by0), min(ay1, by1), max(ax0, bx0), min(ax1, bx1)
+            if y1 <= y0 or x1 <= x0:
+                continue
+            inter = np.count_nonzero(a[n][y0:y1, x0:x1] & b[k][y0:y1, x0:x1])
+            iou[n, k] = inter / max(a_area[n] + b_area[k] - inter, 1)
+    return iou
 
 
-def assign_categories(region_masks: np.ndarray, class_masks: Mapping[str, np.ndarray],
+def assign_categories(region_masks: Sequence[np.ndarray], class_masks: Mapping[str, np.ndarray],
                       min_iou: float = 0.5, min_part_area: int = 1) -> list[tuple[str, float]]:
     """Per region, (class, IoU) of the class-answer part it overlaps best; ("region", best IoU)
     when no part reaches `min_iou`. class_masks: class name -> bool [H, W] answer to its question."""
@@ -236,7 +250,7 @@ def assign_categories(region_masks: np.ndarray, class_masks: Mapping[str, np.nda
         parts = instance_parts(answer, min_part_area)
         if len(parts) == 0 or len(region_masks) == 0:
             continue
-        iou = mask_iou_matrix(region_masks, parts).max(1)
+        iou = mask_iou_matrix(region_masks, list(parts)).max(1)
         for i in np.nonzero(iou > best)[0]:
             best[i], best_name[i] = iou[i], name
     return [(name if iou >= min_iou else UNCLASSIFIED, float(iou)) for name, iou in zip(best_name, best)]
@@ -275,7 +289,7 @@ class PageSegmenter:
     """
 
     def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = DEFAULT_SEEDS,
-                 points_per_batch: int = 32, multimask: str = "all", pred_iou_thresh: float = 0.5,
+                 points_per_batch: int = 16, multimask: str = "all", pred_iou_thresh: float = 0.5,
                  stability_score_thresh: float = 0.8, stability_score_offset: float = 1.0,
                  box_nms_thresh: float = 0.7, min_region_area: int = 64, classify: bool = True,
                  categories: Mapping[str, str] | None = None, min_class_iou: float = 0.5,
@@ -409,8 +423,7 @@ class PageSegmenter:
                 for i in kept]
 
     def _name_regions(self, regions: list[Region], class_masks: dict[str, np.ndarray]) -> None:
-        stacked = np.stack([r.mask for r in regions])
-        for region, (name, iou) in zip(regions, assign_categories(stacked, class_masks, self.min_class_iou,
+        for region, (name, iou) in zip(regions, assign_categories([r.mask for r in regions], class_masks, self.min_class_iou,
                                                                   self.min_region_area)):
             region.category, region.category_score = name, iou
 

@@ -10,7 +10,8 @@ from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
 from dociq.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
-                             grid_points, group_lines, line_points, main, mask_boxes, nms, remove_small_regions,
+                             grid_points, group_lines, line_points, main, mask_boxes, mask_iou_matrix, nms,
+                             remove_small_regions,
                              stability_score, to_coco_results)
 
 
@@ -107,6 +108,14 @@ def test_regions_take_the_class_of_the_answer_part_they_match():
     assert got[0] == ("table", pytest.approx(1.0))           # IoU with its own table, not with the union
     assert got[1][0] == "figure" and got[1][1] == pytest.approx(50 / 55)
     assert got[2] == ("region", 0.0)
+
+
+def test_mask_iou_matrix_equals_the_dense_computation():
+    rng = np.random.default_rng(0)
+    a = [rng.random((30, 40)) < p for p in (0.05, 0.3, 0.0)] + [_rect_mask((30, 40), 0, 0, 5, 5)]
+    b = [rng.random((30, 40)) < 0.2, _rect_mask((30, 40), 30, 20, 40, 30), np.zeros((30, 40), bool)]
+    dense = np.array([[(x & y).sum() / max((x | y).sum(), 1) for y in b] for x in a])
+    np.testing.assert_allclose(mask_iou_matrix(a, b), dense, rtol=1e-6)
 
 
 def test_coco_results_round_trip_and_drop_unknown_classes():
