@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", nargs="?", help="a stage=finetune .ckpt or a from_pretrained folder "
                                                  "(default: random init of --model)")
-    p.add_argument("--model", default="tiny", choices=["tiny", "base"], help="configs/model/<name>.yaml for random init")
+    p.add_argument("--model", default="tiny", choices=["tiny", "base"],
+                   help="configs/model/<name>.yaml for random init")
     p.add_argument("--pages", type=int, default=3, help="pages in the store (default 3)")
     p.add_argument("--clicks", type=int, default=10, help="clicks per page after its first prompt (default 10)")
     p.add_argument("--page-height", type=int, default=1100)

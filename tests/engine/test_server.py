@@ -2,7 +2,6 @@
 bad input a 4xx with a JSON message, the page cache (one embedding per page), auth and binding."""
 import base64
 import io
-import json
 
 import numpy as np
 import pytest
