@@ -141,3 +141,21 @@ def test_propose_all_then_accept_and_reject_proposals(live, browser):
     assert saved[0].rle["counts"] == regions[0]["mask"]["counts"]
     assert [a.status for a in saved[1:]] == (["rejected"] if len(regions) > 1 else [])
     assert errors == []
+
+
+def test_the_ui_works_with_a_token(tmp_path, finetune_checkpoint, browser):
+    from dociq.data.synthetic import SyntheticDocuments
+
+    store = EngineStore(tmp_path / "data", create=True)
+    page = SyntheticDocuments(1, image_size=(160, 128), seed=4)[0]
+    store.add_page(page.image, page.words, page.word_boxes, source="synthetic")
+    app = create_app(store, Predictor.from_checkpoint(finetune_checkpoint[0]), token="browser-token-123")
+    with ServerThread(app) as url:
+        tab = browser.new_page()
+        assert tab.goto(url + "/").status == 401                       # no token: nothing, not even the page
+        tab.goto(url + "/?token=browser-token-123")                   # the cookie carries the scripts and image
+        tab.wait_for_function("window.dociqState && window.dociqState.image !== null")
+        tab.fill("#question", "the title")
+        with tab.expect_response(lambda r: r.url.endswith("/predict")) as res:
+            tab.press("#question", "Enter")
+        assert res.value.status == 200
