@@ -4,10 +4,16 @@
     python train.py stage=finetune init.from=PATH       # start from a pretrain checkpoint
     python train.py -m stage=pretrain optim=sngd,adamw  # a sweep, one output dir per job
     python train.py --cfg job stage=pretrain            # print the composed config
+    python train.py stage=pretrain debug=fdr            # one step, one validation batch (configs/debug/)
+
+A run prints its config as a tree (also saved to <output_dir>/config_tree.log); progress is the
+rich bar in a terminal and plain lines in a log file (dociq/progress.py). `dociq train ...` (the
+console script, dociq/cli.py) is the same entry point.
 """
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,13 +21,14 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback as HydraCallback
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dociq.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.config import CONFIG_DIR, register_resolvers
-from dociq.config_checks import ConfigError, check_config
+from dociq.config_checks import check_config
 from dociq.progress import progress_callbacks
 from dociq.tasks.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from dociq.tasks.registry import resolve_stage
@@ -227,20 +234,30 @@ def train(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-def check_search_space(hydra_cfg: DictConfig, stage: str) -> None:
-    """An Optuna sweep without a search space would run identical trials: stop it, naming the fix."""
-    sweeper = hydra_cfg.get("sweeper") or {}
-    if str(sweeper.get("_target_", "")).endswith("OptunaSweeper") and not sweeper.get("params"):
-        raise ConfigError(f"hparams_search=optuna has no search space for stage={stage}: add "
-                          f"configs/hparams_search/space/optuna_{stage}.yaml (like optuna_pretrain.yaml) or "
-                          "give one on the command line, e.g. +hydra.sweeper.params.optim.optimizer.lr="
-                          "'tag(log, interval(1e-4, 3e-3))'")
+class OptunaSearchSpaceCheck(HydraCallback):
+    """Stop an Optuna sweep before its first trial when it has no search space: no
+    hparams_search/space/optuna_<stage>.yaml and no sweep override on the command line (it would
+    run identical trials). Registered by configs/hparams_search/optuna.yaml."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        if config.hydra.sweeper.get("params"):
+            return
+        overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        if any(o.is_sweep_override() for o in overrides):
+            return
+        stage = config.stage.name
+        print(f"error: hparams_search=optuna has no search space for stage={stage}: add "
+              f"configs/hparams_search/space/optuna_{stage}.yaml (like optuna_pretrain.yaml), or give one on "
+              "the command line, e.g. 'optim.optimizer.lr=tag(log, interval(1e-4, 3e-3))'", file=sys.stderr)
+        # Hydra turns a callback's exceptions into warnings and carries on; SystemExit is not an Exception
+        raise SystemExit(2)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     register_resolvers()
-    check_search_space(HydraConfig.get(), cfg.stage.name)
     # Each job writes where Hydra put it: in a multirun every job has its own directory (even
     # jobs started within the same second).
     with open_dict(cfg):

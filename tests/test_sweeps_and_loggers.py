@@ -44,17 +44,21 @@ def test_optuna_search_follows_the_stage(stage, direction, metric, searched, not
         assert not any(key.startswith("task.loss") for key in sweeper.params)
 
 
-def test_optuna_without_a_search_space_for_the_stage_stops_naming_the_file():
+def test_optuna_without_a_search_space_for_the_stage_stops_naming_the_file(capsys):
+    from hydra.utils import instantiate
+
     from dociq.config import compose
-    from dociq.config_checks import ConfigError
-    from dociq.train import check_search_space
 
     cfg = compose(["hparams_search=optuna", "stage=ijepa"], return_hydra_config=True)
-    with pytest.raises(ConfigError, match="configs/hparams_search/space/optuna_ijepa.yaml"):
-        check_search_space(cfg.hydra, "ijepa")
-    cfg = compose(["hparams_search=optuna", "stage=finetune"], return_hydra_config=True)
-    check_search_space(cfg.hydra, "finetune")          # has one
-    check_search_space(compose([], return_hydra_config=True).hydra, "ijepa")   # no sweep: no check
+    check = instantiate(cfg.hydra.callbacks.search_space_check)
+    with pytest.raises(SystemExit) as exit_info:   # Hydra would only warn about an exception
+        check.on_multirun_start(cfg)
+    assert exit_info.value.code == 2
+    assert "configs/hparams_search/space/optuna_ijepa.yaml" in capsys.readouterr().err
+    with open_dict(cfg):   # a space given as a sweep override on the command line is enough
+        cfg.hydra.overrides.task = ["stage=ijepa", "optim.optimizer.lr=tag(log, interval(1e-4, 3e-3))"]
+    check.on_multirun_start(cfg)
+    check.on_multirun_start(compose(["hparams_search=optuna", "stage=finetune"], return_hydra_config=True))
 
 
 def _run_dir_files(output_dir: Path) -> dict[str, list[Path]]:
