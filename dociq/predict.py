@@ -150,6 +150,13 @@ class Predictor:
                                "first, or pass the image to predict(image, question=...)")
         return self._page
 
+    def set_page_state(self, state: "PageState") -> None:
+        """Make an earlier `predictor.page` the set page again without re-embedding it (a cache of
+        embedded pages, e.g. the data engine's, swaps pages this way)."""
+        if not isinstance(state, PageState):
+            raise TypeError(f"set_page_state takes a PageState (predictor.page), got {type(state).__name__}")
+        self._page = state
+
     def get_image_embedding(self) -> PageEmbedding:
         return self.page.embedding
 

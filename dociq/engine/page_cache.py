@@ -81,9 +81,8 @@ class PageCache:
         state = self._pages.get(page_id)
         if state is not None:
             self._pages.move_to_end(page_id)
-            # Predictor keeps the set page in `_page` (its `page` property is read-only): putting a
-            # cached state back is what set_image would have computed, without the encoders.
-            self.predictor._page = state
+            # putting a cached state back is what set_image would have computed, without the encoders
+            self.predictor.set_page_state(state)
             return False
         image, words, boxes = self.load_page(page_id)
         self.predictor.set_image(image, words=words, word_boxes=boxes)
