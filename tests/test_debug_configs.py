@@ -74,6 +74,32 @@ def test_debug_fdr_runs_prints_progress_and_saves_the_config_tree(tmp_path, caps
     assert "[dociq] validation at step 1: " in printed and "val/loss=" in printed
 
 
+@pytest.mark.parametrize("name, extra", [
+    ("limit", ["trainer.max_steps=7", "trainer.limit_val_batches=1"]),   # 5-batch epochs: crosses one
+    ("profiler", ["trainer.max_steps=2"]),
+    ("overfit", ["trainer.max_steps=3", "trainer.val_check_interval=3"]),
+])
+def test_debug_configs_run(name, extra, tmp_path, restore_determinism):
+    import csv
+
+    from dociq.train import train
+
+    cfg = compose(SMOKE + [f"debug={name}", f"paths.root_dir={tmp_path}", "print_config=false"] + extra)
+    out = tmp_path / "run"
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+    metrics = train(cfg)
+    assert math.isfinite(metrics["train/loss"])
+    rows = list(csv.DictReader(open(out / "csv" / "metrics.csv")))
+    assert max(int(float(r["step"])) for r in rows) == cfg.trainer.max_steps - 1
+    if name == "limit":
+        assert max(int(r["epoch"]) for r in rows) == 1          # steps 5 and 6 are in the second epoch
+    if name == "profiler":
+        assert "run_training_batch" in (out / "fit-profile.txt").read_text()
+    if name == "overfit":
+        assert max(int(r["epoch"]) for r in rows) == 2          # one batch an epoch
+
+
 def test_print_config_tree_prints_and_writes_every_group(tmp_path, capsys):
     from dociq.train import print_config_tree
 
