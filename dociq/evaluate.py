@@ -218,7 +218,7 @@ def _category_map(items: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="dociq eval", description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", nargs="+")
     p.add_argument("--data", choices=("synthetic", "coco"), default="synthetic",
                    help="synthetic held-out pages (default) or a COCO layout set (--annotations)")
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             task = load_task(path)
         except (FileNotFoundError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"dociq eval: error: {err}", file=sys.stderr)
             return 2
         results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts)
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
