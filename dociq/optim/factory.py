@@ -84,7 +84,9 @@ def sngd(named_params: NamedParams, weight_decay: float = 0.01, **kwargs):
     groups = []
     for project in (True, False):
         for decay in (True, False):
-            params = [p for n, p in named
+            # (name, parameter) pairs: torch keeps the names (param_names), and SubspaceNGD keys
+            # random subspaces, refresh offsets and load_state_dict by them.
+            params = [(n, p) for n, p in named
                       if (not _is_embedding(n)) == project and _decays(n, p) == decay]
             if params:
                 groups.append({"params": params, "project": project,

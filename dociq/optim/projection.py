@@ -6,20 +6,29 @@ All functions take a leading batch dimension B (a stack of same-shaped parameter
 optimizer never loops over parameters in Python.
 
 Two kinds of projector:
-- `random_factors`: Gaussian matrices orthonormalised by QR, generated from integer keys
-  (seed, parameter index, refresh count) by a counter-based hash. Nothing but the seed needs
-  storing, every DDP rank gets the same subspace, and regeneration is batched.
+- `random_factors`: randomly permuted, sign-flipped columns of the DCT-II basis, generated from
+  integer keys (seed, parameter key, refresh count) by a counter-based hash. The parameter key
+  is a hash of the parameter's name (`name_key`), so adding or freezing another parameter does
+  not move this one's subspace. Every DDP rank gets the same subspace, generation is batched
+  and runs on the parameter's device.
 - `tucker_factors`: truncated HOSVD of the current gradient (leading left singular vectors of
   every mode unfolding), batched `torch.linalg.svd` or a batched randomized range finder.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Sequence
 
 import torch
 
 Tensor = torch.Tensor
+
+
+def name_key(name: str, salt: str = "") -> int:
+    """A stable signed int64 from a parameter name (blake2b; Python's hash() is salted per process)."""
+    digest = hashlib.blake2b((salt + name).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 def mode_ranks(shape: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -156,6 +165,10 @@ def _mode_matmul(x: Tensor, mode: int, mat: Tensor) -> Tensor:
 
 def project(x: Tensor, factors: Sequence[Tensor]) -> Tensor:
     """[B, n1..nd] -> core [B, r1..rd]."""
+    if len(factors) == 2:
+        # U^T X V with bmm on transposed views: no transposed copy of X.
+        u, v = factors
+        return (u.to(x.dtype).transpose(1, 2) @ x) @ v.to(x.dtype)
     for mode, u in enumerate(factors):
         x = _mode_matmul(x, mode, u.to(x.dtype))
     return x
@@ -163,6 +176,9 @@ def project(x: Tensor, factors: Sequence[Tensor]) -> Tensor:
 
 def project_back(core: Tensor, factors: Sequence[Tensor]) -> Tensor:
     """core [B, r1..rd] -> [B, n1..nd]."""
+    if len(factors) == 2:
+        u, v = factors
+        return u.to(core.dtype) @ (core @ v.to(core.dtype).transpose(1, 2))
     for mode, u in enumerate(factors):
         core = _mode_matmul(core, mode, u.to(core.dtype).transpose(1, 2))
     return core

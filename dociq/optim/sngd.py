@@ -4,40 +4,50 @@ For every projected parameter W (n1 x ... x nd, d >= 2) and step t:
 
   1. g_low = g x1 U1^T ... xd Ud^T            (k = prod r_i values; projection.py)
   2. ring buffer G (k x s) of recent g_low     (s = `history`; includes the current g_low)
-  3. F = lam I + G G^T, lam = damping * mean_j ||G_j||^2        (the "lambda rule", below)
+  3. F = lam I + G G^T, lam = damping * (1/s_stored) sum_j ||G_j||^2   (the "lambda rule")
   4. F^-1 g_low = (g_low - G z) / lam,  (lam I_s + G^T G) z = G^T g_low   (Woodbury)
-  5. z by batched Cholesky (`cholesky_ex`, fp64 by default); where it fails, lam *= 10 and
-     retry; after `max_retries` failures z = 0 (plain g/lam): never a NaN in the weights.
-  6. m = beta m + F^-1 g_low (momentum kept in the subspace); update u = m scaled to
-     ||u|| = scale * sqrt(k) (grafting: per subspace coordinate the RMS an Adam step has, the
-     length GaLore's low-rank Adam step would have); W <- W (1 - lr wd) - lr * (u x1 U1 .. xd Ud).
+  5. z by batched Cholesky (`cholesky_ex`, fp64 by default) of the whole lam ladder
+     lam_j = max(10^j lam, 10^(j-1) 1e-6 Gram scale), j = 0..max_retries, in one call; the
+     first ladder rung that factorises is used. When none does the member takes z = 0
+     (plain g / lam) and `fallback_steps` counts it (on the device; a warning names the count).
+  6. m = beta m + F^-1 g_low (momentum kept in the subspace); grafted update (below);
+     W <- W (1 - lr wd) - lr * (u x1 U1 .. xd Ud), one in-place addmm per matrix.
 
-Lambda rule: lam = damping * (1/s_filled) * sum_j ||G_j||^2, the mean squared norm of a stored
-gradient, i.e. the mean non-zero eigenvalue of G G^T. It has the units of G G^T, so `damping`
-is scale-free: damping -> inf gives plain (momentum, normalised) gradient descent in the
-subspace, damping -> 0 the pure empirical-Fisher step restricted to the history span.
+`preconditioner` picks step 4 (for ablations): "ngd" (above), "none" (g_low itself: NGD off,
+i.e. damping -> inf), "adam" (Adam's second moment in the same subspace, state +k floats),
+"sqrt" (F^-1/2 g_low, the GGT-style full-matrix-Adagrad power on the same history).
 
-Grafting rule: NGD chooses the direction, the step length is fixed per matrix (RMS 1 per
-subspace coordinate, times `scale`), so `lr` means what it means for AdamW/GaLore and the step
-cannot blow up when lam or the Fisher is badly estimated.
+Lambda rule: lam = damping * (1/s_stored) * sum_j ||G_j||^2, the mean squared norm of a stored
+gradient (s_stored = the number of non-zero history columns, so right after a `reset` refresh
+emptied the history it is 1, not min(t+1, s)): the mean non-zero eigenvalue of G G^T. `damping`
+is therefore scale-free: damping -> inf gives normalised momentum in the subspace, damping -> 0
+the pure empirical-Fisher step restricted to the history span.
 
-Refresh: each projector is renewed every `refresh_every` optimizer steps, parameter j at steps
-where (t + offset_j) % refresh_every == 0 (offsets spread over the period, so no step pays for
-all refreshes; a tucker parameter uses its random subspace until its first slot, so even the
-first step computes no HOSVD burst). `refresh_policy="carry"` re-expresses history and momentum
-in the new subspace with U_old^T U_new (per mode); "reset" zeros them. docs/optim.md records
-which won and why.
+Grafting rule: NGD chooses the direction, the length is fixed per matrix so that the update's
+RMS per weight is `scale` (x lr): ||u|| = scale * sqrt(n1...nd). Adam's normalised step
+m/sqrt(v) has an RMS per weight of order 1, so `lr` transfers between `optim=adamw` and
+`optim=sngd` (checked in docs/optim.md), and a badly estimated Fisher cannot blow the step up.
 
-Same-shaped parameters of a param group are stacked and processed with batched matmul /
-Cholesky. Parameters that are not projected (1-D, fewer than `min_numel` elements, no mode
-larger than `rank`, or a group with `project=False` such as embeddings) use the fallback:
-`fallback="adamw"` (torch's multi-tensor AdamW kernel) or `"factored"` (Adafactor-style
-factored second moment, no momentum, for >= 2-D; 1-D parameters still use AdamW).
+Refresh: each projector is renewed every `refresh_every` optimizer steps, parameter p at steps
+where (t + offset_p) % refresh_every == 0, offset_p a hash of p's name (so refreshes are spread
+over the period and do not move when other parameters are added or frozen). `tucker` computes
+its first HOSVD at step 0. `refresh_policy="carry"` re-expresses history and momentum in the
+new subspace with U_old^T U_new (per mode); "reset" zeros them.
+
+Layout: same-shaped parameters of a param group form buckets of at most `max_bucket_bytes`
+(fp32 bytes of their weights); a bucket's history / momentum live in one [B, k, s] / [B, k]
+tensor whose rows are the parameters' state tensors (views), and its factors are cached
+between refreshes and generated on the parameter's device. Gradients are projected per
+parameter (no stacked copy of a bucket's gradients except at a tucker refresh).
+
+Host syncs: one per step — the non-finite check (which must reach the host to skip the step
+and stop a diverged run after `max_skips_in_row`) reads the fallback counter in the same copy.
 
 State (per parameter, plain tensors and ints; `torch.load(weights_only=True)` works):
-projected: step (int), history [k, s], momentum [k], and for `projector="tucker"` the factors
-factor0..factor{d-1} [n_i, r_i]. `random` factors are a pure function of
-(seed, parameter index, refresh count), regenerated each step and never stored.
+projected: step (int), history [k, s], momentum [k] (+ exp_avg_sq [k] for "adam"), and for
+`projector="tucker"` the factors factor0..factor{d-1} [n_i, r_i]. `random` factors are a pure
+function of (seed, name, refresh count) and never stored. Fallback parameters: AdamW's state
+(torch's fused kernel where the device has one) or the factored second moment.
 """
 from __future__ import annotations
 
@@ -56,12 +66,18 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
 PROJECTORS = ("random", "tucker")
 FALLBACKS = ("adamw", "factored")
 REFRESH_POLICIES = ("carry", "reset")
+PRECONDITIONERS = ("ngd", "none", "adam", "sqrt")
 
 
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"SubspaceNGD: {name}={value!r} is not one of {choices}; "
                          f"set optimizer.{name} in configs/optim/sngd.yaml to one of them.")
+
+
+def _fused_ok(params: list) -> bool:
+    """torch's fused AdamW runs on CPU and CUDA for floating-point parameters."""
+    return all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
 
 
 class SubspaceNGD(Optimizer):
@@ -73,17 +89,22 @@ class SubspaceNGD(Optimizer):
                  solve_dtype: str = "float64", projector_dtype: str = "float32",
                  max_retries: int = 6, fallback: str = "adamw",
                  fallback_betas: tuple[float, float] = (0.9, 0.999), fallback_eps: float = 1e-8,
-                 project: bool = True, max_skips_in_row: int = 10) -> None:
+                 project: bool = True, max_skips_in_row: int = 10, preconditioner: str = "ngd",
+                 max_bucket_bytes: int = 64 * 2 ** 20) -> None:
         if lr < 0 or rank < 1 or history < 1 or refresh_every < 1 or damping < 0:
             raise ValueError(f"SubspaceNGD: need lr >= 0, rank >= 1, history >= 1, "
                              f"refresh_every >= 1, damping >= 0; got lr={lr}, rank={rank}, "
                              f"history={history}, refresh_every={refresh_every}, damping={damping}")
+        if not (isinstance(max_bucket_bytes, int) and max_bucket_bytes > 0):
+            raise ValueError(f"SubspaceNGD: max_bucket_bytes={max_bucket_bytes!r}; set "
+                             "optim.optimizer.max_bucket_bytes to a positive int (bytes)")
         _check_choice("projector", projector, PROJECTORS)
         _check_choice("fallback", fallback, FALLBACKS)
         _check_choice("refresh_policy", refresh_policy, REFRESH_POLICIES)
         _check_choice("solve_dtype", solve_dtype, ("float32", "float64"))
         _check_choice("projector_dtype", projector_dtype, tuple(_DTYPES))
         _check_choice("tucker_method", tucker_method, ("svd", "randomized"))
+        _check_choice("preconditioner", preconditioner, PRECONDITIONERS)
         defaults = dict(lr=lr, rank=rank, history=history, damping=damping, momentum=momentum,
                         weight_decay=weight_decay, refresh_every=refresh_every,
                         projector=projector, tucker_method=tucker_method,
@@ -91,10 +112,11 @@ class SubspaceNGD(Optimizer):
                         scale=scale, solve_dtype=solve_dtype, projector_dtype=projector_dtype,
                         max_retries=max_retries, fallback=fallback,
                         fallback_betas=tuple(fallback_betas), fallback_eps=fallback_eps,
-                        project=project)
+                        project=project, preconditioner=preconditioner)
+        self.max_bucket_bytes = max_bucket_bytes
         super().__init__(params, defaults)
         self._layout: Optional[dict] = None
-        self._step_cache: dict = {}   # per-step projectors shared with the DDP comm hook
+        self._cache: dict = {}        # per bucket: factors (between refreshes), state buffers
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -102,29 +124,50 @@ class SubspaceNGD(Optimizer):
                              "optim.optimizer.max_skips_in_row to a non-negative int (0: never stop)")
         self.max_skips_in_row = max_skips_in_row
         self.skips_in_row = 0
+        self._fallback_count: Optional[torch.Tensor] = None   # device counter, read with the finite check
+        self._fallback_seen = 0
+        self._fallback_warned = False
 
     # ------------------------------------------------------------------ layout
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
         self._layout = None
+        self._cache = {}
 
     def is_projected(self, p: torch.Tensor, group: dict) -> bool:
         if not group["project"] or p.dim() < 2 or p.numel() < group["min_numel"]:
             return False
         return math.prod(projection.mode_ranks(p.shape, group["rank"])) < p.numel()
 
+    def param_name(self, group_index: int, position: int, global_index: int) -> str:
+        """The parameter's name (from named parameters), or `param<global index>` without one."""
+        names = self.param_groups[group_index].get("param_names")
+        return names[position] if names else f"param{global_index}"
+
     def _build_layout(self) -> dict:
-        """Global parameter index, refresh offset and bucket of every projected parameter."""
-        info, buckets = {}, defaultdict(list)
-        projected = [(gi, p) for gi, g in enumerate(self.param_groups) for p in g["params"]
-                     if self.is_projected(p, g)]
-        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
-        for j, (gi, p) in enumerate(projected):
-            period = self.param_groups[gi]["refresh_every"]
-            key = (gi, tuple(p.shape), p.dtype, p.device)
-            info[p] = dict(index=index[p], offset=(j * period) // len(projected), bucket=key)
-            buckets[key].append(p)
-        return dict(info=info, buckets=dict(buckets))
+        """Name key, refresh offset and bucket of every projected parameter. Buckets: same
+        (group, shape, dtype, device), split so that each holds <= max_bucket_bytes of fp32."""
+        info, groups = {}, defaultdict(list)
+        index = 0
+        for gi, group in enumerate(self.param_groups):
+            for pos, p in enumerate(group["params"]):
+                name = self.param_name(gi, pos, index)
+                index += 1
+                if not self.is_projected(p, group):
+                    continue
+                period = group["refresh_every"]
+                info[p] = dict(name=name, key=projection.name_key(name),
+                               offset=projection.name_key(name, "offset") % period)
+                groups[(gi, tuple(p.shape), p.dtype, p.device)].append(p)
+        buckets = {}
+        for key, members in groups.items():
+            per = max(1, self.max_bucket_bytes // (4 * members[0].numel()))
+            for c in range(0, len(members), per):
+                bucket = key + (c // per,)
+                buckets[bucket] = members[c:c + per]
+                for p in buckets[bucket]:
+                    info[p]["bucket"] = bucket
+        return dict(info=info, buckets=buckets)
 
     @property
     def layout(self) -> dict:
@@ -133,49 +176,52 @@ class SubspaceNGD(Optimizer):
         return self._layout
 
     # ------------------------------------------------------------------ projectors
-    @staticmethod
-    def _schedule(group: dict, t: int, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(refresh count, refresh due now) per member for a bucket at step t."""
-        period = group["refresh_every"]
-        shifted = offsets + t
-        return shifted // period, shifted % period == 0
+    def _schedule(self, group: dict, members: list, t: int) -> tuple[list[int], list[bool]]:
+        """(refresh count, refresh due now) per member at step t (host ints: no device work)."""
+        info, period = self.layout["info"], group["refresh_every"]
+        shifted = [info[p]["offset"] + t for p in members]
+        return [s // period for s in shifted], [s % period == 0 for s in shifted]
 
-    def _member_tensors(self, members: list) -> tuple[torch.Tensor, torch.Tensor]:
-        info = self.layout["info"]
-        return (torch.tensor([info[p]["index"] for p in members]),
-                torch.tensor([info[p]["offset"] for p in members]))
+    def _random(self, group: dict, shape, members: list, counts: list[int]) -> list[torch.Tensor]:
+        device = members[0].device
+        keys = torch.tensor([self.layout["info"][p]["key"] for p in members], device=device)
+        ranks = projection.mode_ranks(shape, group["rank"])
+        return projection.random_factors(shape, ranks, group["seed"], keys,
+                                         torch.tensor(counts, device=device))
 
-    def _random(self, key, index: torch.Tensor, counts: torch.Tensor) -> list[torch.Tensor]:
-        group = self.param_groups[key[0]]
-        ranks = projection.mode_ranks(key[1], group["rank"])
-        factors = projection.random_factors(key[1], ranks, group["seed"], index, counts)
-        return [f.to(key[3]) for f in factors]
+    def _bucket_factors(self, bucket, members: list, t: int) -> dict:
+        """Factors of `members` in force at step t, cached between refreshes.
 
-    def _bucket_factors(self, key, members: list, t: int) -> dict:
-        """Projectors of a bucket at step t, cached for the step (the DDP hook asks first).
-
-        "current": the factors in force before this step's refreshes — for `random` the ones
-        this step uses (a function of the refresh count); for `tucker` the stored HOSVD factors,
-        or, until a member's first staggered refresh, its random factors (so no step computes
-        every HOSVD at once). "due": members refreshed at this step."""
-        cache_key = (key, tuple(id(p) for p in members), t)
-        if cache_key in self._step_cache:
-            return self._step_cache[cache_key]
-        group = self.param_groups[key[0]]
-        index, offsets = self._member_tensors(members)
-        counts, due = self._schedule(group, t, offsets)
+        random: a function of the refresh count; regenerated (on the device) only for members
+        whose count changed. tucker: the stored HOSVD factors as one fp32 stack; members with
+        no factors yet (step 0, or a new parameter) are due for their first HOSVD now, as are
+        members at their staggered refresh. "due": members refreshed at this step."""
+        group = self.param_groups[bucket[0]]
+        counts, due = self._schedule(group, members, t)
+        ckey = (bucket, tuple(id(p) for p in members))
+        entry = self._cache.setdefault(ckey, {})
         if group["projector"] == "random":
-            current = self._random(key, index, counts)
+            old = entry.get("counts")
+            changed = [i for i, c in enumerate(counts) if old is None or old[i] != c]
+            if changed:
+                if old is None or len(changed) == len(members):
+                    entry["factors"] = self._random(group, bucket[1], members, counts)
+                else:
+                    new = self._random(group, bucket[1], [members[i] for i in changed],
+                                       [counts[i] for i in changed])
+                    idx = torch.tensor(changed, device=members[0].device)
+                    for f, n in zip(entry["factors"], new):
+                        f.index_copy_(0, idx, n)
+                entry["counts"] = counts
         else:
-            ranks = projection.mode_ranks(key[1], group["rank"])
-            stored = [self.state[p].get("factor0") is not None if p in self.state else False
-                      for p in members]
-            fallback = None if all(stored) else self._random(key, index, torch.zeros_like(counts))
-            current = [torch.stack([self.state[p][f"factor{m}"].float() if has else fallback[m][i]
-                                    for i, (p, has) in enumerate(zip(members, stored))])
-                       for m in range(len(ranks))]
-        entry = dict(current=current, due=due, counts=counts, index=index)
-        self._step_cache[cache_key] = entry
+            due = [d or "factor0" not in self.state[p] for d, p in zip(due, members)]
+            if "factors" not in entry:
+                ranks = projection.mode_ranks(bucket[1], group["rank"])
+                entry["factors"] = [
+                    torch.stack([self.state[p][f"factor{m}"].float() if "factor0" in self.state[p]
+                                 else torch.zeros(n, r, device=p.device) for p in members])
+                    for m, (n, r) in enumerate(zip(bucket[1], ranks))]
+        entry["due"], entry["counts_now"], entry["t"] = due, counts, t
         return entry
 
     def subspace_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
@@ -190,10 +236,26 @@ class SubspaceNGD(Optimizer):
         if len(steps) != 1:
             return None
         entry = self._bucket_factors(info["bucket"], members, steps.pop())
-        if self.param_groups[info["bucket"][0]]["projector"] == "tucker" and entry["due"].any():
+        if self.param_groups[info["bucket"][0]]["projector"] == "tucker" and any(entry["due"]):
             return None
         i = next(j for j, q in enumerate(members) if q is p)   # identity: == on tensors is elementwise
-        return [f[i] for f in entry["current"]]
+        return [f[i] for f in entry["factors"]]
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def fallback_steps(self) -> int:
+        """(member, step) pairs where every Cholesky retry failed and z = 0 was used (a host read)."""
+        return 0 if self._fallback_count is None else int(self._fallback_count.item())
+
+    def _note_fallbacks(self, count: int) -> None:
+        self._fallback_seen = count
+        if count and not self._fallback_warned:
+            self._fallback_warned = True
+            warnings.warn(f"SubspaceNGD: the Cholesky solve failed after max_retries for {count} "
+                          "(matrix, step) pair(s); those steps used plain g/lam. Fix: raise "
+                          "optim.optimizer.damping or max_retries, or use solve_dtype=float64. "
+                          "(warned once; the count is optimizer.fallback_steps)",
+                          RuntimeWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()
@@ -203,103 +265,146 @@ class SubspaceNGD(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if grads and not torch.isfinite(torch.stack(torch._foreach_norm(grads)).sum()):
-            warnings.warn("SubspaceNGD: non-finite gradient, skipping this optimizer step "
-                          "(weights and state unchanged).", RuntimeWarning, stacklevel=2)
-            self.skipped_steps += 1
-            self.skips_in_row += 1
-            self._step_cache.clear()
-            if self.max_skips_in_row and self.skips_in_row >= self.max_skips_in_row:
-                raise FloatingPointError(
-                    f"SubspaceNGD: {self.skips_in_row} optimizer steps in a row had non-finite "
-                    f"gradients ({self.skipped_steps} skipped in all): the run diverged. Fix: lower "
-                    "optim.optimizer.lr, or raise optim.optimizer.max_skips_in_row (0: never stop)")
-            return loss
+        if grads:
+            # The one host read of the step: is every gradient finite, and the fallback count.
+            bad = torch.stack(torch._foreach_norm(grads)).sum().isfinite().logical_not()
+            if self._fallback_count is not None:
+                bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
+                                          self._fallback_count]).tolist()
+                if count != self._fallback_seen:
+                    self._note_fallbacks(count)
+            else:
+                bad = bool(bad)
+            if bad:
+                return self._skip(loss)
         self.skips_in_row = 0
         info = self.layout["info"]
         for gi, group in enumerate(self.param_groups):
             rest = [p for p in group["params"] if p.grad is not None and p not in info]
             if rest:
                 self._fallback_step(group, rest)
-        for key, members in self.layout["buckets"].items():
-            live = [p for p in members if p.grad is not None]
+        for bucket, members in self.layout["buckets"].items():
             by_step = defaultdict(list)
-            for p in live:
-                by_step[self.state[p].get("step", 0)].append(p)
+            for p in members:
+                if p.grad is not None:
+                    by_step[self.state[p].get("step", 0) if p in self.state else 0].append(p)
             for t, ps in by_step.items():
-                self._projected_step(key, ps, t)
-        self._step_cache.clear()
+                self._projected_step(bucket, ps, t)
         return loss
 
-    def _init_projected_state(self, p: torch.Tensor, k: int, s: int) -> dict:
-        state = self.state[p]
-        if "history" not in state:
-            state["step"] = 0
-            state["history"] = torch.zeros(k, s, dtype=torch.float32, device=p.device)
-            state["momentum"] = torch.zeros(k, dtype=torch.float32, device=p.device)
-        return state
+    def _skip(self, loss):
+        warnings.warn("SubspaceNGD: non-finite gradient, skipping this optimizer step "
+                      "(weights and state unchanged).", RuntimeWarning, stacklevel=3)
+        self.skipped_steps += 1
+        self.skips_in_row += 1
+        if self.max_skips_in_row and self.skips_in_row >= self.max_skips_in_row:
+            raise FloatingPointError(
+                f"SubspaceNGD: {self.skips_in_row} optimizer steps in a row had non-finite "
+                f"gradients ({self.skipped_steps} skipped in all): the run diverged. Fix: lower "
+                "optim.optimizer.lr, or raise optim.optimizer.max_skips_in_row (0: never stop)")
+        return loss
 
-    def _projected_step(self, key, ps: list, t: int) -> None:
-        group = self.param_groups[key[0]]
-        shape = key[1]
+    def _bucket_state(self, entry: dict, group: dict, ps: list, k: int, s: int) -> dict:
+        """[B, k, s] history / [B, k] momentum whose rows ARE the members' state tensors
+        (rebuilt once after a load_state_dict, which gives every parameter its own tensors)."""
+        names = ("history", "momentum") + (("exp_avg_sq",) if group["preconditioner"] == "adam" else ())
+        bufs = entry.get("bufs")
+        if bufs is not None and all(
+                self.state[p].get(n) is not None and self.state[p][n].data_ptr() == bufs[n][i].data_ptr()
+                for i, p in enumerate(ps) for n in names):
+            return bufs
+        device, shapes = ps[0].device, {"history": (k, s), "momentum": (k,), "exp_avg_sq": (k,)}
+        bufs = {}
+        for n in names:
+            rows = [self.state[p][n].to(device, torch.float32) if n in self.state[p]
+                    else torch.zeros(shapes[n], device=device) for p in ps]
+            bufs[n] = torch.stack(rows)
+            for i, p in enumerate(ps):
+                self.state[p][n] = bufs[n][i]
+        for p in ps:
+            self.state[p].setdefault("step", 0)
+        entry["bufs"] = bufs
+        return bufs
+
+    def _projected_step(self, bucket, ps: list, t: int) -> None:
+        group = self.param_groups[bucket[0]]
+        shape = bucket[1]
         ranks = projection.mode_ranks(shape, group["rank"])
         k, s, B = math.prod(ranks), group["history"], len(ps)
-        states = [self._init_projected_state(p, k, s) for p in ps]
-        g = torch.stack([p.grad for p in ps]).to(torch.float32)
+        entry = self._bucket_factors(bucket, ps, t)
+        bufs = self._bucket_state(entry, group, ps, k, s)
+        hist, mom = bufs["history"], bufs["momentum"]
+        factors, due = entry["factors"], entry["due"]
 
-        entry = self._bucket_factors(key, ps, t)
-        factors, due, old = entry["current"], entry["due"], None
-        if due.any():
-            sub = due.nonzero().squeeze(1)
+        if any(due):
+            sub = [i for i, d in enumerate(due) if d]
             if group["projector"] == "tucker":
-                old = (sub, [f[sub] for f in factors])
-                factors = self._refresh_tucker(group, states, g, sub, factors, ranks)
+                self._refresh_tucker(group, ps, sub, factors, ranks, hist, mom, t)
             elif t > 0:
-                old = (sub, self._random(key, entry["index"][sub], entry["counts"][sub] - 1))
+                old = self._random(group, shape, [ps[i] for i in sub],
+                                   [entry["counts_now"][i] - 1 for i in sub])
+                self._carry_or_reset(group, hist, mom, torch.tensor(sub, device=hist.device),
+                                     old, factors, ranks)
 
-        hist = torch.stack([st["history"] for st in states])      # [B, k, s]
-        mom = torch.stack([st["momentum"] for st in states])       # [B, k]
-        if old is not None:
-            self._carry_or_reset(group, hist, mom, old, factors, ranks)
-
-        low = projection.project(g, factors).reshape(B, k)
+        # Project each gradient (no stacked copy of the bucket's gradients).
+        low = torch.stack([projection.project(p.grad.unsqueeze(0).float(), [f[i:i + 1] for f in factors])
+                           .reshape(k) for i, p in enumerate(ps)])
         hist[:, :, t % s] = low
-        filled = min(t + 1, s)
-        natural, _ = self._woodbury_solve(hist, low, group, filled)
-        natural = natural.to(torch.float32)
-        mom.mul_(group["momentum"]).add_(natural)
+        direction = self._precondition(group, hist, low, bufs, t).to(torch.float32)
+        mom.mul_(group["momentum"]).add_(direction)
 
+        # Graft: RMS per weight = scale (so lr is AdamW's lr).
         norm = torch.linalg.vector_norm(mom, dim=1, keepdim=True)
-        target = group["scale"] * math.sqrt(k)
-        update = torch.where(norm > 0, mom * (target / norm.clamp_min(1e-30)), torch.zeros_like(mom))
-        full = projection.project_back(update.view(B, *ranks), factors)
+        target = group["scale"] * math.sqrt(math.prod(shape))
+        update = mom * (target / norm.clamp_min(1e-30))          # mom = 0 -> update = 0
 
         lr, wd = group["lr"], group["weight_decay"]
-        if wd != 0:
-            torch._foreach_mul_(ps, 1.0 - lr * wd)
-        torch._foreach_add_(ps, list(full.to(ps[0].dtype).unbind(0)), alpha=-lr)
-        torch._foreach_copy_([st["history"] for st in states], list(hist.unbind(0)))
-        torch._foreach_copy_([st["momentum"] for st in states], list(mom.unbind(0)))
-        for st in states:
-            st["step"] = t + 1
+        decay = 1.0 - lr * wd
+        if len(shape) == 2:
+            # W <- decay W - lr U (core V^T): one in-place addmm per matrix, no full-size temporary.
+            u, v = factors
+            right = update.view(B, *ranks) @ v.transpose(1, 2)           # [B, r, m]
+            for i, p in enumerate(ps):
+                p.addmm_(u[i].to(p.dtype), right[i].to(p.dtype), beta=decay, alpha=-lr)
+        else:
+            full = projection.project_back(update.view(B, *ranks), factors)
+            if wd != 0:
+                torch._foreach_mul_(ps, decay)
+            torch._foreach_add_(ps, list(full.to(ps[0].dtype).unbind(0)), alpha=-lr)
+        for p in ps:
+            self.state[p]["step"] = t + 1
 
-    def _refresh_tucker(self, group, states, g, sub, current, ranks) -> list[torch.Tensor]:
-        """HOSVD of the gradients of members whose refresh is due; store the new factors and
-        return the bucket's factors for this step."""
-        new_sub = projection.tucker_factors(g[sub], ranks, method=group["tucker_method"])
+    def _refresh_tucker(self, group, ps, sub, factors, ranks, hist, mom, t) -> None:
+        """HOSVD of the gradients of members whose refresh is due: store the new factors, move
+        history/momentum into them, update the cached stack."""
+        ps_bucket = self.layout["info"][ps[0]]["bucket"]
+        g = torch.stack([ps[i].grad for i in sub]).float()
+        new_sub = projection.tucker_factors(g, ranks, method=group["tucker_method"])
         store = _DTYPES[group["projector_dtype"]]
-        factors = [f.clone() for f in current]
-        for j, i in enumerate(sub.tolist()):
+        idx = torch.tensor(sub, device=hist.device)
+        has_old = [("factor0" in self.state[ps[i]]) for i in sub]
+        old = None
+        if t > 0:
+            # Members without factors (added after step 0) start from their random subspace.
+            rnd = None if all(has_old) else self._random(group, tuple(f.shape[1] for f in factors),
+                                                         [ps[i] for i in sub], [0] * len(sub))
+            old = [torch.stack([factors[m][i] if has else rnd[m][j]
+                                for j, (i, has) in enumerate(zip(sub, has_old))])
+                   for m in range(len(ranks))]
+        for ck, other in self._cache.items():      # other member subsets of this bucket: stale stacks
+            if ck[0] == ps_bucket and other.get("factors") is not factors:
+                other.pop("factors", None)
+        for j, i in enumerate(sub):
             for m, f in enumerate(new_sub):
-                states[i][f"factor{m}"] = f[j].to(store).clone()
+                self.state[ps[i]][f"factor{m}"] = f[j].to(store).clone()
                 # Use the stored (possibly rounded) factor so DDP ranks and resumed runs agree.
-                factors[m][i] = states[i][f"factor{m}"].float()
-        return factors
+                factors[m][i] = self.state[ps[i]][f"factor{m}"].float()
+        if old is not None:
+            self._carry_or_reset(group, hist, mom, idx, old, factors, ranks)
 
     @staticmethod
-    def _carry_or_reset(group, hist, mom, old, factors, ranks) -> None:
+    def _carry_or_reset(group, hist, mom, sub, old_factors, factors, ranks) -> None:
         """Move history/momentum of refreshed members into their new subspace (or zero them)."""
-        sub, old_factors = old
         if group["refresh_policy"] == "reset":
             hist[sub] = 0
             mom[sub] = 0
@@ -312,31 +417,77 @@ class SubspaceNGD(Optimizer):
         hist[sub] = moved.reshape(Bd, s, k).transpose(1, 2)
         mom[sub] = projection.project(mom[sub].view(Bd, *ranks), maps).reshape(Bd, k)
 
+    # ------------------------------------------------------------------ preconditioners
+    def _precondition(self, group, hist, low, bufs, t) -> torch.Tensor:
+        kind = group["preconditioner"]
+        if kind == "none":
+            return low
+        if kind == "adam":
+            beta2 = group["fallback_betas"][1]
+            v = bufs["exp_avg_sq"]
+            v.mul_(beta2).addcmul_(low, low, value=1 - beta2)
+            return low / (v / (1 - beta2 ** (t + 1))).sqrt().add_(group["fallback_eps"])
+        if kind == "sqrt":
+            return self._inverse_sqrt(hist, low, group)
+        natural, _, failed = self._woodbury_solve(hist, low, group)
+        count = failed.sum()
+        self._fallback_count = count if self._fallback_count is None else self._fallback_count + count
+        return natural
+
     @staticmethod
-    def _woodbury_solve(hist: torch.Tensor, grad: torch.Tensor, group: dict,
-                        filled: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(lam I + G G^T)^-1 g per member via Woodbury + batched Cholesky, retrying with a
-        larger lam where the factorisation fails. Returns (result, lam used), in solve_dtype."""
+    def _lambda(G: torch.Tensor, damping: float) -> torch.Tensor:
+        """damping x mean squared norm of the stored (non-zero) history columns, per member."""
+        cols = G.square().sum(dim=1)                               # [B, s]
+        stored = (cols > 0).sum(dim=1).clamp_min(1).to(G.dtype)
+        floor = torch.finfo(G.dtype).tiny ** 0.5
+        return (damping * cols.sum(dim=1) / stored).clamp_min(floor)
+
+    @staticmethod
+    def _woodbury_solve(hist: torch.Tensor, grad: torch.Tensor,
+                        group: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(lam I + G G^T)^-1 g per member via Woodbury + batched Cholesky. The retries are a
+        ladder of lam values factorised in one batched call (no host sync); the first rung that
+        factorises wins. Returns (result, lam used, all rungs failed), in solve_dtype."""
         dtype = _DTYPES[group["solve_dtype"]]
         G, g = hist.to(dtype), grad.to(dtype)
-        lam = group["damping"] * G.square().sum(dim=(1, 2)) / filled
+        lam = SubspaceNGD._lambda(G, group["damping"])
         floor = torch.finfo(dtype).tiny ** 0.5
-        lam = lam.clamp_min(floor)
         gram = G.transpose(1, 2) @ G                               # [B, s, s]
-        rhs = (G.transpose(1, 2) @ g.unsqueeze(-1))                # [B, s, 1]
-        eye = torch.eye(G.shape[2], dtype=dtype, device=G.device)
+        rhs = G.transpose(1, 2) @ g.unsqueeze(-1)                  # [B, s, 1]
+        s, R = G.shape[2], group["max_retries"]
+        eye = torch.eye(s, dtype=dtype, device=G.device)
         scale = gram.diagonal(dim1=1, dim2=2).mean(dim=1).clamp_min(floor)
-        for _ in range(group["max_retries"] + 1):
-            chol, info = torch.linalg.cholesky_ex(gram + lam[:, None, None] * eye)
-            failed = info != 0
-            if not failed.any():
-                break
-            # Raise lam where it failed: x10, and at least 1e-6 of the Gram scale.
-            lam = torch.where(failed, torch.maximum(lam * 10, 1e-6 * scale), lam)
-        z = torch.cholesky_solve(rhs, torch.where(failed[:, None, None], eye, chol))
+        # Rung j >= 1: lam raised x10 per retry and to at least 1e-6 of the Gram scale, i.e.
+        # max(10^j lam, 10^(j-1) 1e-6 scale). Rung R+1 is the lam of a member whose every try failed.
+        powers = 10.0 ** torch.arange(R + 2, dtype=dtype, device=G.device)
+        ladder = torch.maximum(lam[:, None] * powers, 1e-7 * scale[:, None] * powers)
+        ladder[:, 0] = lam
+        chol, info = torch.linalg.cholesky_ex(gram[:, None] + ladder[:, :R + 1, None, None] * eye)
+        ok = info == 0                                             # [B, R+1]
+        failed = ~ok.any(dim=1)
+        first = torch.where(failed, R + 1, ok.to(torch.int8).argmax(dim=1))
+        lam = ladder.gather(1, first[:, None]).squeeze(1)
+        pick = chol.gather(1, first.clamp_max(R)[:, None, None, None].expand(-1, 1, s, s)).squeeze(1)
+        z = torch.cholesky_solve(rhs, torch.where(failed[:, None, None], eye, pick))
         z = torch.where(failed[:, None, None], torch.zeros_like(z), z)
         natural = (g - (G @ z).squeeze(-1)) / lam[:, None]
-        return natural, lam
+        return natural, lam, failed
+
+    @staticmethod
+    def _inverse_sqrt(hist: torch.Tensor, grad: torch.Tensor, group: dict) -> torch.Tensor:
+        """F^-1/2 g with F = lam I + G G^T, via the eigendecomposition of the s x s Gram:
+        on span(G) the eigenvalues are lam + sigma^2, on its complement lam."""
+        dtype = _DTYPES[group["solve_dtype"]]
+        G, g = hist.to(dtype), grad.to(dtype)
+        lam = SubspaceNGD._lambda(G, group["damping"])
+        sig2, V = torch.linalg.eigh(G.transpose(1, 2) @ G)           # [B, s], [B, s, s]
+        keep = sig2 > sig2.amax(dim=1, keepdim=True).clamp_min(1e-300) * 1e-10
+        inv_sig = torch.where(keep, sig2.clamp_min(1e-300).rsqrt(), torch.zeros_like(sig2))
+        Ug = (G @ V) * inv_sig[:, None, :]                            # orthonormal span of G
+        coef = (Ug.transpose(1, 2) @ g.unsqueeze(-1)).squeeze(-1)     # [B, s]
+        inside = (Ug @ ((lam[:, None] + sig2).rsqrt() * coef).unsqueeze(-1)).squeeze(-1)
+        outside = (g - (Ug @ coef.unsqueeze(-1)).squeeze(-1)) * lam[:, None].rsqrt()
+        return inside + outside
 
     # ------------------------------------------------------------------ fallback
     def _fallback_step(self, group: dict, params: list) -> None:
@@ -348,18 +499,22 @@ class SubspaceNGD(Optimizer):
                     self._factored_step(group, p)
         if not adam_params:
             return
+        fused = _fused_ok(adam_params)
         states = []
         for p in adam_params:
             st = self.state[p]
             if "exp_avg" not in st:
-                st["step"] = torch.tensor(0.0)
+                # fused kernels want the step counter on the parameter's device
+                st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
                 st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif fused and st["step"].device != p.device:
+                st["step"] = st["step"].to(p.device)
             states.append(st)
         beta1, beta2 = group["fallback_betas"]
         functional_adam(adam_params, [p.grad for p in adam_params],
                         [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states],
-                        [], [st["step"] for st in states], foreach=True,
+                        [], [st["step"] for st in states], foreach=not fused, fused=fused,
                         decoupled_weight_decay=True, amsgrad=False, beta1=beta1, beta2=beta2,
                         lr=group["lr"], weight_decay=group["weight_decay"],
                         eps=group["fallback_eps"], maximize=False)
@@ -388,8 +543,10 @@ class SubspaceNGD(Optimizer):
 
     # ------------------------------------------------------------------ state dict
     def load_state_dict(self, state_dict: dict) -> None:
-        """torch casts floating state to the parameter dtype; keep our fp32 statistics as saved
-        and only move them to the parameter's device."""
+        """Load by parameter NAME when both sides have names (a frozen or new parameter then
+        leaves the others' state alone), else by position as torch does. torch casts floating
+        state to the parameter dtype; keep our fp32 statistics as saved, on the parameter's device."""
+        state_dict = self._match_by_name(state_dict)
         saved = state_dict["state"]
         super().load_state_dict(state_dict)
         saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
@@ -398,5 +555,26 @@ class SubspaceNGD(Optimizer):
             for key, value in saved.get(pid, {}).items():
                 if torch.is_tensor(value) and key != "step":
                     self.state[p][key] = value.to(device=p.device).clone()
+                elif torch.is_tensor(value) and _fused_ok([p]):
+                    self.state[p][key] = value.to(device=p.device)
         self._layout = None
-        self._step_cache.clear()
+        self._cache = {}
+
+    def _match_by_name(self, state_dict: dict) -> dict:
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups) or not all(
+                "param_names" in s and "param_names" in g for s, g in zip(saved_groups, self.param_groups)):
+            return state_dict
+        if all(s["param_names"] == g["param_names"] for s, g in zip(saved_groups, self.param_groups)):
+            return state_dict
+        state, groups, next_id = {}, [], 0
+        for s, g in zip(saved_groups, self.param_groups):
+            by_name = dict(zip(s["param_names"], s["params"]))
+            ids = []
+            for name in g["param_names"]:
+                if name in by_name and by_name[name] in state_dict["state"]:
+                    state[next_id] = state_dict["state"][by_name[name]]
+                ids.append(next_id)
+                next_id += 1
+            groups.append({**s, "params": ids, "param_names": list(g["param_names"])})
+        return {"state": state, "param_groups": groups}

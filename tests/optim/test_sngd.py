@@ -44,7 +44,8 @@ def test_woodbury_cholesky_matches_dense_fp64_solve():
     G = torch.randn(B, k, s, generator=gen, dtype=torch.float64)
     g = torch.randn(B, k, generator=gen, dtype=torch.float64)
     group = {"damping": 0.3, "solve_dtype": "float64", "max_retries": 3}
-    natural, lam = SubspaceNGD._woodbury_solve(G, g, group, filled=s)
+    natural, lam, failed = SubspaceNGD._woodbury_solve(G, g, group)
+    assert not failed.any()
     # The documented lambda rule: damping x mean squared norm of a history column.
     torch.testing.assert_close(lam, 0.3 * G.square().sum(dim=(1, 2)) / s)
     dense = torch.linalg.solve(lam[:, None, None] * torch.eye(k, dtype=torch.float64)
@@ -59,7 +60,8 @@ def test_cholesky_failure_raises_lambda_and_never_nans():
     col = torch.randn(1, 30, 1, generator=torch.Generator().manual_seed(0))
     G = col.repeat(1, 1, 5)
     group = {"damping": 0.0, "solve_dtype": "float32", "max_retries": 8}
-    natural, lam = SubspaceNGD._woodbury_solve(G, col[..., 0], group, filled=5)
+    natural, lam, failed = SubspaceNGD._woodbury_solve(G, col[..., 0], group)
+    assert not failed.any()
     assert torch.isfinite(natural).all()
     scale = G.square().sum() / 5          # the Gram diagonal: lam was raised to >= 1e-6 of it
     assert lam.item() >= 0.99e-6 * scale.item()
