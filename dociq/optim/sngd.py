@@ -221,6 +221,12 @@ class SubspaceNGD(Optimizer):
                     torch.stack([self.state[p][f"factor{m}"].float() if "factor0" in self.state[p]
                                  else torch.zeros(n, r, device=p.device) for p in members])
                     for m, (n, r) in enumerate(zip(bucket[1], ranks))]
+                if group["projector_dtype"] == "float32":
+                    # fp32 factors: the state tensors are rows of the cached stack (no second copy).
+                    for i, p in enumerate(members):
+                        if "factor0" in self.state[p]:
+                            for m, f in enumerate(entry["factors"]):
+                                self.state[p][f"factor{m}"] = f[i]
         entry["due"], entry["counts_now"], entry["t"] = due, counts, t
         return entry
 
@@ -240,6 +246,20 @@ class SubspaceNGD(Optimizer):
             return None
         i = next(j for j, q in enumerate(members) if q is p)   # identity: == on tensors is elementwise
         return [f[i] for f in entry["factors"]]
+
+    def cache_bytes(self) -> int:
+        """Bytes held between steps outside the state: cached factors (random: all of them;
+        tucker fp32: none, the state tensors are rows of the cache) and stale bucket buffers."""
+        in_state = {v.untyped_storage().data_ptr() for st in self.state.values()
+                    for v in st.values() if torch.is_tensor(v)}
+        seen, total = set(), 0
+        for entry in self._cache.values():
+            for t in list(entry.get("factors", [])) + list(entry.get("bufs", {}).values()):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr not in in_state and ptr not in seen:
+                    seen.add(ptr)
+                    total += t.untyped_storage().nbytes()
+        return total
 
     # ------------------------------------------------------------------ counters
     @property
@@ -396,9 +416,13 @@ class SubspaceNGD(Optimizer):
                 other.pop("factors", None)
         for j, i in enumerate(sub):
             for m, f in enumerate(new_sub):
-                self.state[ps[i]][f"factor{m}"] = f[j].to(store).clone()
-                # Use the stored (possibly rounded) factor so DDP ranks and resumed runs agree.
-                factors[m][i] = self.state[ps[i]][f"factor{m}"].float()
+                if store == torch.float32:
+                    factors[m][i] = f[j]
+                    self.state[ps[i]][f"factor{m}"] = factors[m][i]     # a row of the cached stack
+                else:
+                    self.state[ps[i]][f"factor{m}"] = f[j].to(store)
+                    # Use the stored (rounded) factor so DDP ranks and resumed runs agree.
+                    factors[m][i] = self.state[ps[i]][f"factor{m}"].float()
         if old is not None:
             self._carry_or_reset(group, hist, mom, idx, old, factors, ranks)
 
