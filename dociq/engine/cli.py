@@ -4,7 +4,8 @@
     dociq engine export   --data DIR --out FILE.json [--split train|heldout] [--include-empty]
     dociq engine progress --data DIR [--json]
     dociq engine split    --data DIR [--fraction 0.2] [--seed 0]
-    dociq engine serve    ...            # handed to dociq.engine.server.main when it exists
+    dociq engine serve    --data DIR [--checkpoint CKPT] [--port 8765]   # dociq.engine.server.main
+    dociq engine retrain  --data DIR [--steps N] [--checkpoint CKPT]    # dociq.engine.retrain.main
 
 SRC of `import` is a folder (page images, PDFs, zips), one such file, a COCO JSON, or a FUNSD
 folder (the one holding training_data/ and testing_data/). `import` creates the store when
@@ -55,6 +56,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     spl.add_argument("--seed", type=int, default=0)
 
     sub.add_parser("serve", help="the annotation server (dociq.engine.server)", add_help=False)
+    sub.add_parser("retrain", help="one retrain round: fine-tune on the accepted annotations, promote "
+                   "if held-out mIoU does not drop (dociq.engine.retrain)", add_help=False)
     return parser
 
 
@@ -122,15 +125,17 @@ def run_split(ns) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "serve":
+    delegated = {"serve": "dociq.engine.server", "retrain": "dociq.engine.retrain"}
+    if argv and argv[0] in delegated:
+        name = delegated[argv[0]]
         try:
-            server = importlib.import_module("dociq.engine.server")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name != "dociq.engine.server":
+            if err.name != name:
                 raise
-            raise ValueError("dociq.engine.server is not part of this install yet: `dociq engine serve` "
+            raise ValueError(f"{name} is not part of this install yet: `dociq engine {argv[0]}` "
                              "is not available") from err
-        return int(server.main(argv[1:]) or 0)
+        return int(module.main(argv[1:]) or 0)
     ns = build_parser().parse_args(argv)
     try:
         return {"import": run_import, "export": run_export, "progress": run_progress,

@@ -725,7 +725,7 @@ def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dociq engine", description="The data engine: annotate pages in the browser "
+    p = argparse.ArgumentParser(prog="dociq engine serve", description="The data engine: annotate pages in the browser "
                                 "with the model's help (docs/engine_server.md).")
     p.add_argument("data_dir", nargs="?", help="the engine store folder (engine.sqlite + pages/)")
     p.add_argument("--data", dest="data_flag", default=None, help="the store folder (as the other "
