@@ -280,37 +280,57 @@ class SubspaceNGD(Optimizer):
     # ------------------------------------------------------------------ step
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None):
+        """Three phases: (1) project every gradient with the factors in force and collect the
+        finiteness checks (the projected gradients stand in for the full ones: a NaN or inf
+        anywhere in g makes U^T g V non-finite); (2) one host read: skip the step, or (3) apply
+        refreshes, the history, one batched solve for all buckets, and the updates."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if grads:
-            # The one host read of the step: is every gradient finite, and the fallback count.
-            bad = torch.stack(torch._foreach_norm(grads)).sum().isfinite().logical_not()
-            if self._fallback_count is not None:
-                bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
-                                          self._fallback_count]).tolist()
-                if count != self._fallback_seen:
-                    self._note_fallbacks(count)
-            else:
-                bad = bool(bad)
-            if bad:
-                return self._skip(loss)
-        self.skips_in_row = 0
         info = self.layout["info"]
-        for gi, group in enumerate(self.param_groups):
-            rest = [p for p in group["params"] if p.grad is not None and p not in info]
-            if rest:
-                self._fallback_step(group, rest)
+        checks, rest = [], []
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None and p not in info]
+            rest.append(params)
+            if params:
+                checks.append(torch.stack(torch._foreach_norm([p.grad for p in params])).sum())
+        plans = []
         for bucket, members in self.layout["buckets"].items():
             by_step = defaultdict(list)
             for p in members:
                 if p.grad is not None:
                     by_step[self.state[p].get("step", 0) if p in self.state else 0].append(p)
             for t, ps in by_step.items():
-                self._projected_step(bucket, ps, t)
+                plan = self._plan(bucket, ps, t)
+                checks.append(plan["low"].sum())
+                if plan["tucker_due"]:
+                    checks.append(torch.stack(torch._foreach_norm(
+                        [ps[i].grad for i in plan["tucker_due"]])).sum())
+                plans.append(plan)
+        if checks and self._host_read(checks):
+            return self._skip(loss)
+        self.skips_in_row = 0
+        for group, params in zip(self.param_groups, rest):
+            if params:
+                self._fallback_step(group, params)
+        for plan in plans:
+            self._refresh_and_record(plan)
+        self._precondition_all(plans)
+        for plan in plans:
+            self._update(plan)
         return loss
+
+    def _host_read(self, checks: list) -> bool:
+        """The one host sync of a step: any non-finite gradient? (+ the fallback counter)."""
+        bad = torch.stack([c.float() for c in checks]).sum().isfinite().logical_not()
+        if self._fallback_count is None:
+            return bool(bad)
+        bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
+                                  self._fallback_count]).tolist()
+        if count != self._fallback_seen:
+            self._note_fallbacks(count)
+        return bool(bad)
 
     def _skip(self, loss):
         warnings.warn("SubspaceNGD: non-finite gradient, skipping this optimizer step "
@@ -346,38 +366,54 @@ class SubspaceNGD(Optimizer):
         entry["bufs"] = bufs
         return bufs
 
-    def _projected_step(self, bucket, ps: list, t: int) -> None:
+    @staticmethod
+    def _project_each(ps: list, factors: list, members) -> torch.Tensor:
+        """[len(members), k]: each gradient projected on its own (no stacked copy of the bucket)."""
+        return torch.stack([projection.project(ps[i].grad.unsqueeze(0).float(), [f[i:i + 1] for f in factors])
+                            .reshape(-1) for i in members])
+
+    def _plan(self, bucket, ps: list, t: int) -> dict:
+        """Phase 1 for one bucket at step t: factors in force, state buffers, projected gradients."""
         group = self.param_groups[bucket[0]]
-        shape = bucket[1]
-        ranks = projection.mode_ranks(shape, group["rank"])
-        k, s, B = math.prod(ranks), group["history"], len(ps)
+        ranks = projection.mode_ranks(bucket[1], group["rank"])
+        k, s = math.prod(ranks), group["history"]
         entry = self._bucket_factors(bucket, ps, t)
         bufs = self._bucket_state(entry, group, ps, k, s)
-        hist, mom = bufs["history"], bufs["momentum"]
-        factors, due = entry["factors"], entry["due"]
+        due = [i for i, d in enumerate(entry["due"]) if d]
+        tucker = group["projector"] == "tucker"
+        # tucker members due a refresh are projected again after their HOSVD (phase 3); their
+        # finiteness is checked on the full gradient (a fresh member's placeholder factor is 0).
+        keep = [i for i in range(len(ps)) if not (tucker and i in due)]
+        low = torch.zeros(len(ps), k, device=ps[0].device)
+        if keep:
+            low[keep] = self._project_each(ps, entry["factors"], keep)
+        return dict(bucket=bucket, group=group, ps=ps, t=t, ranks=ranks, entry=entry, bufs=bufs,
+                    due=due, tucker_due=due if tucker else [], low=low)
 
-        if any(due):
-            sub = [i for i, d in enumerate(due) if d]
-            if group["projector"] == "tucker":
-                self._refresh_tucker(group, ps, sub, factors, ranks, hist, mom, t)
-            elif t > 0:
-                old = self._random(group, shape, [ps[i] for i in sub],
-                                   [entry["counts_now"][i] - 1 for i in sub])
-                self._carry_or_reset(group, hist, mom, torch.tensor(sub, device=hist.device),
-                                     old, factors, ranks)
+    def _refresh_and_record(self, plan: dict) -> None:
+        """Phase 3a: refreshes (carry/reset; tucker HOSVD), then the ring-buffer column."""
+        group, ps, t, ranks = plan["group"], plan["ps"], plan["t"], plan["ranks"]
+        hist, mom, entry = plan["bufs"]["history"], plan["bufs"]["momentum"], plan["entry"]
+        sub = plan["due"]
+        if sub and group["projector"] == "tucker":
+            self._refresh_tucker(group, ps, sub, entry["factors"], ranks, hist, mom, t)
+            plan["low"][sub] = self._project_each(ps, entry["factors"], sub)
+        elif sub and t > 0:
+            old = self._random(group, plan["bucket"][1], [ps[i] for i in sub],
+                               [entry["counts_now"][i] - 1 for i in sub])
+            self._carry_or_reset(group, hist, mom, torch.tensor(sub, device=hist.device),
+                                 old, entry["factors"], ranks)
+        hist[:, :, t % group["history"]] = plan["low"]
 
-        # Project each gradient (no stacked copy of the bucket's gradients).
-        low = torch.stack([projection.project(p.grad.unsqueeze(0).float(), [f[i:i + 1] for f in factors])
-                           .reshape(k) for i, p in enumerate(ps)])
-        hist[:, :, t % s] = low
-        direction = self._precondition(group, hist, low, bufs, t).to(torch.float32)
-        mom.mul_(group["momentum"]).add_(direction)
-
+    def _update(self, plan: dict) -> None:
+        """Phase 3c: momentum, graft, W <- W (1 - lr wd) - lr project_back(u)."""
+        group, ps, shape, ranks = plan["group"], plan["ps"], plan["bucket"][1], plan["ranks"]
+        mom, factors, B = plan["bufs"]["momentum"], plan["entry"]["factors"], len(ps)
+        mom.mul_(group["momentum"]).add_(plan["direction"].to(torch.float32))
         # Graft: RMS per weight = scale (so lr is AdamW's lr).
         norm = torch.linalg.vector_norm(mom, dim=1, keepdim=True)
         target = group["scale"] * math.sqrt(math.prod(shape))
         update = mom * (target / norm.clamp_min(1e-30))          # mom = 0 -> update = 0
-
         lr, wd = group["lr"], group["weight_decay"]
         decay = 1.0 - lr * wd
         if len(shape) == 2:
@@ -392,7 +428,7 @@ class SubspaceNGD(Optimizer):
                 torch._foreach_mul_(ps, decay)
             torch._foreach_add_(ps, list(full.to(ps[0].dtype).unbind(0)), alpha=-lr)
         for p in ps:
-            self.state[p]["step"] = t + 1
+            self.state[p]["step"] = plan["t"] + 1
 
     def _refresh_tucker(self, group, ps, sub, factors, ranks, hist, mom, t) -> None:
         """HOSVD of the gradients of members whose refresh is due: store the new factors, move
@@ -442,21 +478,32 @@ class SubspaceNGD(Optimizer):
         mom[sub] = projection.project(mom[sub].view(Bd, *ranks), maps).reshape(Bd, k)
 
     # ------------------------------------------------------------------ preconditioners
-    def _precondition(self, group, hist, low, bufs, t) -> torch.Tensor:
-        kind = group["preconditioner"]
-        if kind == "none":
-            return low
-        if kind == "adam":
-            beta2 = group["fallback_betas"][1]
-            v = bufs["exp_avg_sq"]
-            v.mul_(beta2).addcmul_(low, low, value=1 - beta2)
-            return low / (v / (1 - beta2 ** (t + 1))).sqrt().add_(group["fallback_eps"])
-        if kind == "sqrt":
-            return self._inverse_sqrt(hist, low, group)
-        natural, _, failed = self._woodbury_solve(hist, low, group)
-        count = failed.sum()
-        self._fallback_count = count if self._fallback_count is None else self._fallback_count + count
-        return natural
+    def _precondition_all(self, plans: list) -> None:
+        """Phase 3b: each plan's direction. The NGD solves of all buckets that share solve
+        settings go through ONE batched Cholesky ladder (their s x s systems have one size)."""
+        ngd = defaultdict(list)
+        for plan in plans:
+            group, hist, low = plan["group"], plan["bufs"]["history"], plan["low"]
+            kind = group["preconditioner"]
+            if kind == "none":
+                plan["direction"] = low
+            elif kind == "adam":
+                beta2 = group["fallback_betas"][1]
+                v = plan["bufs"]["exp_avg_sq"]
+                v.mul_(beta2).addcmul_(low, low, value=1 - beta2)
+                plan["direction"] = low / (v / (1 - beta2 ** (plan["t"] + 1))).sqrt().add_(group["fallback_eps"])
+            elif kind == "sqrt":
+                plan["direction"] = self._inverse_sqrt(hist, low, group)
+            else:
+                ngd[(group["damping"], group["solve_dtype"], group["max_retries"])].append(plan)
+        for (damping, solve_dtype, retries), members in ngd.items():
+            settings = {"damping": damping, "solve_dtype": solve_dtype, "max_retries": retries}
+            results, _, failed = self._woodbury_many(
+                [(pl["bufs"]["history"], pl["low"]) for pl in members], settings)
+            for pl, natural in zip(members, results):
+                pl["direction"] = natural
+            count = failed.sum()
+            self._fallback_count = count if self._fallback_count is None else self._fallback_count + count
 
     @staticmethod
     def _lambda(G: torch.Tensor, damping: float) -> torch.Tensor:
@@ -469,21 +516,31 @@ class SubspaceNGD(Optimizer):
     @staticmethod
     def _woodbury_solve(hist: torch.Tensor, grad: torch.Tensor,
                         group: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(lam I + G G^T)^-1 g per member via Woodbury + batched Cholesky. The retries are a
-        ladder of lam values factorised in one batched call (no host sync); the first rung that
-        factorises wins. Returns (result, lam used, all rungs failed), in solve_dtype."""
+        """(lam I + G G^T)^-1 g per member of one bucket; see _woodbury_many."""
+        results, lam, failed = SubspaceNGD._woodbury_many([(hist, grad)], group)
+        return results[0], lam, failed
+
+    @staticmethod
+    def _woodbury_many(pairs: list, group: dict) -> tuple[list, torch.Tensor, torch.Tensor]:
+        """(lam I + G G^T)^-1 g for every member of several buckets ([B_i, k_i, s] histories,
+        [B_i, k_i] gradients) via Woodbury: (g - G z) / lam with (lam I_s + G^T G) z = G^T g.
+        The s x s systems of all buckets are factorised together, and the retries are a ladder
+        of lam values in the same batched call (no host sync); the first rung that factorises
+        wins. Returns (per-bucket results in solve_dtype, lam used, all rungs failed) — the last
+        two concatenated over buckets."""
         dtype = _DTYPES[group["solve_dtype"]]
-        G, g = hist.to(dtype), grad.to(dtype)
-        lam = SubspaceNGD._lambda(G, group["damping"])
+        Gs = [hist.to(dtype) for hist, _ in pairs]
+        gs = [grad.to(dtype) for _, grad in pairs]
+        lam = torch.cat([SubspaceNGD._lambda(G, group["damping"]) for G in Gs])
+        gram = torch.cat([G.transpose(1, 2) @ G for G in Gs])                      # [B, s, s]
+        rhs = torch.cat([G.transpose(1, 2) @ g.unsqueeze(-1) for G, g in zip(Gs, gs)])   # [B, s, 1]
         floor = torch.finfo(dtype).tiny ** 0.5
-        gram = G.transpose(1, 2) @ G                               # [B, s, s]
-        rhs = G.transpose(1, 2) @ g.unsqueeze(-1)                  # [B, s, 1]
-        s, R = G.shape[2], group["max_retries"]
-        eye = torch.eye(s, dtype=dtype, device=G.device)
+        s, R = gram.shape[2], group["max_retries"]
+        eye = torch.eye(s, dtype=dtype, device=gram.device)
         scale = gram.diagonal(dim1=1, dim2=2).mean(dim=1).clamp_min(floor)
         # Rung j >= 1: lam raised x10 per retry and to at least 1e-6 of the Gram scale, i.e.
         # max(10^j lam, 10^(j-1) 1e-6 scale). Rung R+1 is the lam of a member whose every try failed.
-        powers = 10.0 ** torch.arange(R + 2, dtype=dtype, device=G.device)
+        powers = 10.0 ** torch.arange(R + 2, dtype=dtype, device=gram.device)
         ladder = torch.maximum(lam[:, None] * powers, 1e-7 * scale[:, None] * powers)
         ladder[:, 0] = lam
         chol, info = torch.linalg.cholesky_ex(gram[:, None] + ladder[:, :R + 1, None, None] * eye)
@@ -494,8 +551,12 @@ class SubspaceNGD(Optimizer):
         pick = chol.gather(1, first.clamp_max(R)[:, None, None, None].expand(-1, 1, s, s)).squeeze(1)
         z = torch.cholesky_solve(rhs, torch.where(failed[:, None, None], eye, pick))
         z = torch.where(failed[:, None, None], torch.zeros_like(z), z)
-        natural = (g - (G @ z).squeeze(-1)) / lam[:, None]
-        return natural, lam, failed
+        results, start = [], 0
+        for G, g in zip(Gs, gs):
+            stop = start + G.shape[0]
+            results.append((g - (G @ z[start:stop]).squeeze(-1)) / lam[start:stop, None])
+            start = stop
+        return results, lam, failed
 
     @staticmethod
     def _inverse_sqrt(hist: torch.Tensor, grad: torch.Tensor, group: dict) -> torch.Tensor:
