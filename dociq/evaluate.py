@@ -47,6 +47,7 @@ from dociq.data.tokenize import QuestionTokenizer
 from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
 from dociq.tasks.segment import SegmentTask
 from dociq.tasks.segment_metrics import SegmentationMetrics
+from dociq.track import track
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "question_no_ocr": (("question",), False), "box_region": (("box",), True)}
@@ -82,7 +83,7 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
                for name in prompt_sets}
     use_ocr = task.use_ocr
     try:
-        for start in range(0, pages, batch_size):
+        for start in track(range(0, pages, batch_size), desc="held-out batches"):
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
             batch = collate(page_list)
             region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
@@ -157,7 +158,7 @@ def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | No
     metrics = SegmentationMetrics()
     results, image_ids, dropped, skipped, found = [], [], {}, 0, 0
     pages = len(data) if max_pages is None else min(max_pages, len(data))
-    for index in range(pages):
+    for index in track(range(pages), desc="COCO pages"):
         page = data[index]
         if page is None:                               # a bad page: logged and listed by CocoDocuments
             skipped += 1

@@ -31,6 +31,7 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.engine.store import EngineStore, image_sha256
+from dociq.track import track
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def import_folder(store: EngineStore, folder: str | Path, ocr: str = "auto", dpi
     else:
         root = folder.resolve()
         files = sorted(p for p in folder.rglob("*") if p.is_file() and not _hidden(p.relative_to(folder)))
-    for path in files:
+    for path in track(files, desc="importing files"):
         rel = path.name if folder.is_file() else path.relative_to(folder).as_posix()
         if not folder.is_file() and not _inside(path, root):
             result.skip(rel, "a link that points outside the folder: refused (path traversal)")
