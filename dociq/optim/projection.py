@@ -105,6 +105,8 @@ def random_factors(shape: Sequence[int], ranks: Sequence[int], seed: int,
 # ---------------------------------------------------------------- Tucker / HOSVD projector
 def unfold(x: Tensor, mode: int) -> Tensor:
     """Batched mode-`mode` unfolding: [B, n1..nd] -> [B, n_mode, prod(others)]."""
+    if x.dim() == 3:
+        return x if mode == 0 else x.transpose(1, 2)     # a view: no copy of a matrix gradient
     return torch.movedim(x, mode + 1, 1).reshape(x.shape[0], x.shape[mode + 1], -1)
 
 

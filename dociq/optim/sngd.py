@@ -434,8 +434,10 @@ class SubspaceNGD(Optimizer):
         """HOSVD of the gradients of members whose refresh is due: store the new factors, move
         history/momentum into them, update the cached stack."""
         ps_bucket = self.layout["info"][ps[0]]["bucket"]
-        g = torch.stack([ps[i].grad for i in sub]).float()
-        new_sub = projection.tucker_factors(g, ranks, method=group["tucker_method"])
+        # One member at a time: no stacked copy of the gradients (staggering makes it ~1 per step).
+        per = [projection.tucker_factors(ps[i].grad.unsqueeze(0).float(), ranks, method=group["tucker_method"])
+               for i in sub]
+        new_sub = [torch.cat([f[m] for f in per]) for m in range(len(ranks))]
         store = _DTYPES[group["projector_dtype"]]
         idx = torch.tensor(sub, device=hist.device)
         has_old = [("factor0" in self.state[ps[i]]) for i in sub]
