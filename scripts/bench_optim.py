@@ -1,7 +1,7 @@
 """Benchmark SubspaceNGD against fused AdamW and GaLore, with ablations: per-optimizer lr sweep,
 seeds, held-out loss, optimizer state, peak extra memory during a step, step time.
 
-    python scripts/bench_optim.py                  # the table in docs/optim.md (~15 min, 2 cores)
+    python scripts/bench_optim.py                  # the table in docs/optim.md (~10-20 min on 2 shared cores)
     python scripts/bench_optim.py --device cuda    # the same on a GPU
     python scripts/bench_optim.py --json out.json  # also the per-row numbers and curves
 
@@ -496,7 +496,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--optimizers", default=DEFAULT_OPTIMIZERS)
     ap.add_argument("--lrs", default="1e-3,3e-3,1e-2,3e-2", help="the lr sweep (log grid)")
     ap.add_argument("--seeds", default="0,1", help="first: the sweep; the rest: at the best lr")
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--d-model", type=int, default=512)
