@@ -93,12 +93,16 @@ def random_factors(shape: Sequence[int], ranks: Sequence[int], seed: int,
         cols = torch.argsort(bits[:, n:2 * n], dim=1, stable=True)[:, :r]  # S
         signs = (bits[:, 2 * n:] & 1) * 2 - 1                             # D
         # cos(pi (2i+1) f / 2n) with the phase reduced exactly in integers (period 4n), so a
-        # float32 cos of a small angle is accurate to ~1e-7.
-        phase = ((2 * rows[:, :, None] + 1) * cols[:, None, :]) % (4 * n)
-        basis = torch.cos(phase.to(torch.float32) * (math.pi / (2.0 * n)))
+        # float32 cos of a small angle is accurate to ~1e-7. int32 when (2n-1)(n-1) fits, and
+        # in-place ops: the temporaries of a refresh stay at ~2 x n r x 4 bytes.
+        itype = torch.int32 if 2 * n * n < 2 ** 31 else torch.int64
+        phase = (2 * rows[:, :, None] + 1).to(itype) * cols[:, None, :].to(itype)
+        phase.remainder_(4 * n)
+        basis = phase.to(torch.float32).mul_(math.pi / (2.0 * n)).cos_()
+        del phase
         norm = torch.where(cols == 0, math.sqrt(1.0 / n), math.sqrt(2.0 / n)).to(torch.float32)
-        signs = signs.to(torch.float32)
-        factors.append((signs[:, :, None] * norm[:, None, :] * basis).to(dtype))
+        basis.mul_(signs.to(torch.float32)[:, :, None]).mul_(norm[:, None, :])   # D and scaling
+        factors.append(basis.to(dtype))
     return factors
 
 
