@@ -384,9 +384,12 @@ class SubspaceNGD(Optimizer):
         # tucker members due a refresh are projected again after their HOSVD (phase 3); their
         # finiteness is checked on the full gradient (a fresh member's placeholder factor is 0).
         keep = [i for i in range(len(ps)) if not (tucker and i in due)]
-        low = torch.zeros(len(ps), k, device=ps[0].device)
-        if keep:
-            low[keep] = self._project_each(ps, entry["factors"], keep)
+        if len(keep) == len(ps):
+            low = self._project_each(ps, entry["factors"], keep)
+        else:
+            low = torch.zeros(len(ps), k, device=ps[0].device)
+            if keep:
+                low[torch.tensor(keep, device=low.device)] = self._project_each(ps, entry["factors"], keep)
         return dict(bucket=bucket, group=group, ps=ps, t=t, ranks=ranks, entry=entry, bufs=bufs,
                     due=due, tucker_due=due if tucker else [], low=low)
 
@@ -397,7 +400,7 @@ class SubspaceNGD(Optimizer):
         sub = plan["due"]
         if sub and group["projector"] == "tucker":
             self._refresh_tucker(group, ps, sub, entry["factors"], ranks, hist, mom, t)
-            plan["low"][sub] = self._project_each(ps, entry["factors"], sub)
+            plan["low"][torch.tensor(sub, device=hist.device)] = self._project_each(ps, entry["factors"], sub)
         elif sub and t > 0:
             old = self._random(group, plan["bucket"][1], [ps[i] for i in sub],
                                [entry["counts_now"][i] - 1 for i in sub])
