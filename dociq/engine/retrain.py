@@ -305,6 +305,7 @@ class RoundResult:
     log: str
     per_kind_old: dict = field(default_factory=dict)
     per_kind_new: dict = field(default_factory=dict)
+    exported_at: float = 0.0       # unix time the round read the store: later saves belong to the next
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -345,6 +346,7 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
     if not current.is_file():
         raise FileNotFoundError(f"checkpoint {current} does not exist. Fix: pass an existing stage=finetune "
                                 "checkpoint (--checkpoint PATH), or store.set_checkpoint(<path>)")
+    start = time.time()
     train_pages, heldout_pages = _pages_split(store, TRAIN_SPLIT), _pages_split(store, HELDOUT_SPLIT)
     accepted = store.annotations(status="accepted")
     train_anns = [a for a in accepted if a.page_id in train_pages]
@@ -358,12 +360,12 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
                          f"from a worse one. Fix: move pages to the '{HELDOUT_SPLIT}' split "
                          "(dociq.engine.importer.split_heldout) and annotate them, or lower heldout_min")
     previous = store.rounds()
-    since = previous[-1]["created"] if previous else float("-inf")
+    # "new" = accepted after the previous round's export (saves made while it trained count here)
+    since = previous[-1]["metrics"].get("exported_at", previous[-1]["created"]) if previous else float("-inf")
     new_anns = [a for a in train_anns if a.created > since]
 
     from dociq.engine.coco_export import export_coco
 
-    start = time.time()
     k = len(previous) + 1
     work = Path(work_dir) if work_dir is not None else _round_dir(store, k)
     work.mkdir(parents=True, exist_ok=True)
@@ -390,7 +392,7 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
         train_pages=len({a.page_id for a in train_anns}), heldout_annotations=len(heldout_anns),
         new_annotations=len(new_anns), mean_clicks_new=float(np.mean(clicks)) if clicks else None,
         train_seconds=train_s, wall_seconds=time.time() - start, work_dir=str(work), log=str(job.log_path),
-        per_kind_old=old_eval.get("per_kind", {}), per_kind_new=new_eval.get("per_kind", {}))
+        per_kind_old=old_eval.get("per_kind", {}), per_kind_new=new_eval.get("per_kind", {}), exported_at=start)
     recorded = store.record_round(result.to_json())
     if recorded != k:   # another round was recorded meanwhile: keep the store's numbering
         result.round = recorded
