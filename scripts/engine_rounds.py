@@ -94,8 +94,15 @@ def plot(rows: list[dict], path: Path) -> None:
     a.set_xlabel("model (m0 = starting checkpoint, m_r = after r rounds)")
     a.set_ylabel(f"clicks per mask (to IoU {IOU_TARGET}, max {MAX_CLICKS})")
     a.set_xticks(x)
+    a.set_ylim(0, MAX_CLICKS)
     a.legend(fontsize=8)
     b.plot(x, [100 * r["heldout"]["first_iou"] for r in rows], "o-", color="C2")
+    values = [100 * r["heldout"]["first_iou"] for r in rows]
+    for xi, v in zip(x, values):
+        b.annotate(f"{v:.1f}", (xi, v), fontsize=8, xytext=(0, 6), textcoords="offset points", ha="center")
+    mid = (max(values) + min(values)) / 2   # at least 6 points of axis: small changes look small
+    half = max(3.0, (max(values) - min(values)) / 2 + 1.0)
+    b.set_ylim(mid - half, mid + half)
     b.set_xlabel("model")
     b.set_ylabel("held-out mIoU x100 (question only)")
     b.set_xticks(x)
@@ -115,8 +122,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, type=Path, help="stage=finetune checkpoint to start from")
-    p.add_argument("--data", required=True, type=Path, help="a new folder for the engine store")
+    p.add_argument("--checkpoint", type=Path, help="stage=finetune checkpoint to start from (required)")
+    p.add_argument("--data", type=Path, help="a new folder for the engine store (required)")
     p.add_argument("--rounds", type=int, default=3, help="retrain rounds (models m0..m_rounds are measured)")
     p.add_argument("--pages-per-round", type=int, default=6)
     p.add_argument("--heldout-pages", type=int, default=8)
@@ -128,9 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=256)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--plot", type=Path, default=None)
+    p.add_argument("--replot", type=Path, default=None,
+                   help="only redraw --plot from the JSON of an earlier run (no model work)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for each round's train.py")
     args = p.parse_args(argv)
+    if args.replot:
+        rows = json.loads(args.replot.read_text())["rows"]
+        print_table(rows)
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
 
+    if args.checkpoint is None or args.data is None:
+        p.error("--checkpoint and --data are required (unless --replot)")
     from dociq.predict import Predictor
 
     start = time.time()
