@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dociq.data.synthetic import generate_page  # noqa: E402

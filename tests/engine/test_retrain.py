@@ -43,7 +43,8 @@ def _square_page(size=64) -> Page:
     a[10:30, 8:40] = True
     b = np.zeros((size, size), bool)
     b[40:60, 20:50] = True
-    return Page(image=image, words=["total", "date"], word_boxes=np.array([[8, 10, 40, 30], [20, 40, 50, 60]], np.float32),
+    boxes = np.array([[8, 10, 40, 30], [20, 40, 50, 60]], np.float32)
+    return Page(image=image, words=["total", "date"], word_boxes=boxes,
                 questions=[Question("the total", "layout", a), Question("the date", "reading", b)])
 
 
@@ -221,7 +222,8 @@ def test_second_round_counts_only_the_new_annotations_clicks(tmp_path):
     _annotate_train(store, first, k=4)
     base = tmp_path / "base.ckpt"
     base.write_bytes(b"old weights")
-    always_better = lambda ckpt, anns, s: {"miou": 0.5 if Path(ckpt).read_bytes() == b"old weights" else 0.6}  # noqa: E731
+    def always_better(ckpt, anns, s):
+        return {"miou": 0.5 if Path(ckpt).read_bytes() == b"old weights" else 0.6}
     run_round(store, base_checkpoint=base, steps=5, heldout_min=2, evaluate=always_better, train=_fake_train(tmp_path))
     _annotate_train(store, {train_ids[1]: pages[train_ids[1]]}, k=1)
     second = run_round(store, steps=5, heldout_min=2, evaluate=always_better, train=_fake_train(tmp_path))
