@@ -13,7 +13,7 @@ Reported, median over all clicks after the first prompt of each page:
     python scripts/bench_engine.py --model base --clicks 5      # model=base, 1024 px (slow on a CPU)
     python scripts/bench_engine.py --json
 
-Target: <= 50 ms of handler time per click for model=tiny on 2 CPU cores. Results: docs/engine_server.md.
+Target: <= 50 ms of handler time per click for model=tiny on 2 CPU cores. Results: docs/engine.md.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 One process holds the store (`dociq.engine.store.EngineStore`), the model and an LRU of embedded
 pages (`dociq.engine.page_cache.PageCache`): a page is embedded once, then every click runs only
 the prompt encoder and mask decoder, with the previous low-res logits as the mask prompt. The JSON
-API is under /api (docs/engine_server.md), the Label Studio ML-backend protocol at the root
+API is under /api (docs/engine.md), the Label Studio ML-backend protocol at the root
 (/health, /setup, /predict, /webhook: dociq.engine.label_studio), the browser UI at / (the files
 of dociq/engine/static, no build step, no CDN).
 
@@ -184,7 +184,7 @@ class RetrainBody(Strict):
     """The options of `dociq.engine.retrain.run_round` a browser may set (no Hydra overrides: a
     request must not choose what the training subprocess runs)."""
     steps: int | None = Field(None, ge=1, le=100000)
-    synthetic_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    synthetic_fraction: float | None = Field(None, ge=0.0, lt=1.0)   # 1 would leave no user pages
     heldout_min: int | None = Field(None, ge=1)
     tolerance: float | None = Field(None, ge=0.0, le=1.0)
     lr: float | None = Field(None, gt=0.0, le=1.0)
@@ -726,7 +726,7 @@ def serve(data_dir: str | Path, checkpoint: str | Path | None = None, host: str 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dociq engine serve", description="The data engine: annotate pages in the browser "
-                                "with the model's help (docs/engine_server.md).")
+                                "with the model's help (docs/engine.md).")
     p.add_argument("data_dir", nargs="?", help="the engine store folder (engine.sqlite + pages/)")
     p.add_argument("--data", dest="data_flag", default=None, help="the store folder (as the other "
                    "`dociq engine` commands take it; same as the positional DATA_DIR)")
