@@ -422,17 +422,11 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     The Predictor settings are the ones `Predictor.from_checkpoint` uses; the OCR tokenizer and the
     question-word budget come from the run's Hydra config (data.tokenizer, data.max_question_words)
     when the run folder has one, else from the defaults the Predictor uses."""
-    from dociq.tasks.checkpoint_io import CheckpointError, CheckpointNotFoundError, read_checkpoint
+    from dociq.tasks.checkpoint_io import CheckpointError, read_finetune_checkpoint
 
     path = Path(ckpt_path)
-    if not path.exists():
-        raise CheckpointNotFoundError(path, "does not exist", "pass a .ckpt written by `python train.py "
-                                      "stage=finetune` (<run>/checkpoints/last.ckpt)")
-    ckpt = read_checkpoint(path)
-    hparams = ckpt.get("hyper_parameters")
-    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-        raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model or "
-                              "state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
+    ckpt = read_finetune_checkpoint(path)
+    hparams = ckpt["hyper_parameters"]
     from dociq.data.tokenize import OcrTokenizer   # after the checks: a wrong path fails without the model imports
     from dociq.predict import Predictor
 

@@ -53,7 +53,7 @@ from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
                                     remove_ocr_words)
-from dociq.tasks.checkpoint_io import CheckpointError, CheckpointNotFoundError, read_checkpoint
+from dociq.tasks.checkpoint_io import CheckpointError, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +80,8 @@ class Predictor:
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
         """A `stage=finetune` checkpoint (its hyper-parameters hold the model config)."""
         path = Path(path)
-        if not path.exists():
-            raise CheckpointNotFoundError(path, "does not exist", "pass a .ckpt written by `python train.py "
-                                          "stage=finetune` (<run>/checkpoints/last.ckpt)")
-        ckpt = read_checkpoint(path)
-        hparams = ckpt.get("hyper_parameters")
-        if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-            raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model "
-                                  "or state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
+        ckpt = read_finetune_checkpoint(path)
+        hparams = ckpt["hyper_parameters"]
         model = SegmentationModel.from_config(hparams["model"])
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         result = model.load_state_dict(state, strict=False)

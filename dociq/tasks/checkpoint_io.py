@@ -132,6 +132,21 @@ def read_checkpoint(path: str | os.PathLike, *, option: str | None = None) -> di
     return ckpt
 
 
+def read_finetune_checkpoint(path: str | os.PathLike) -> dict:
+    """A `stage=finetune` Lightning checkpoint (state_dict + hyper_parameters.model), read as
+    `read_checkpoint` does; a missing file or another kind of checkpoint is a `CheckpointError`."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointNotFoundError(path, "does not exist", "pass a .ckpt written by `python train.py "
+                                      "stage=finetune` (<run>/checkpoints/last.ckpt)")
+    ckpt = read_checkpoint(path)
+    hparams = ckpt.get("hyper_parameters")
+    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
+        raise CheckpointError(path, "is not a stage=finetune Lightning checkpoint (no hyper_parameters.model "
+                              "or state_dict)", "give the checkpoint of a `python train.py stage=finetune` run")
+    return ckpt
+
+
 def _set(option: str | None, what: str) -> str:
     return f"set {option} to {what}" if option else f"give {what}"
 
