@@ -119,12 +119,10 @@ def build_strategy(cfg: DictConfig):
 def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
     loggers = [instantiate(c, **resume_kwargs(c.get("_target_", ""), resume or {}))
                for c in (cfg.get("logger") or {}).values() if c is not None]
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    if not has_validation(cfg):
-        # checkpoints are saved when validation ends; without validation, every val_check_interval steps
-        for cb in callbacks:
-            if isinstance(cb, L.pytorch.callbacks.ModelCheckpoint) and cb._every_n_train_steps == 0:
-                cb._every_n_train_steps = int(cfg.trainer.val_check_interval)
+    # checkpoints are saved when validation ends; without validation, every val_check_interval steps
+    every_n = {} if has_validation(cfg) else {"every_n_train_steps": int(cfg.trainer.val_check_interval)}
+    callbacks = [instantiate(c, **(every_n if str(c.get("_target_", "")).endswith(".ModelCheckpoint") else {}))
+                 for c in (cfg.get("callbacks") or {}).values() if c is not None]
     # Built in, whatever `callbacks=` says: they guard against silent divergence and make resume exact.
     callbacks += [StopOnNonFinite(), RngState(), SkippedPages(), LoggerRunIds()]
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)

@@ -106,26 +106,27 @@ class NotAStoreError(FileNotFoundError):
     """The folder holds no engine.sqlite (and create=False)."""
 
 
-class UnknownPageError(KeyError):
+class _UnknownIdError(KeyError):
+    """A KeyError whose message reads as written (KeyError's own str() quotes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnknownPageError(_UnknownIdError):
     def __init__(self, page_id: str, data_dir: str | Path = ""):
         self.page_id = page_id
         where = f" in the store {data_dir}" if data_dir else ""
         super().__init__(f"no page {page_id!r}{where}. Fix: use an id from store.pages() "
                          "(ids look like 'p000001')")
 
-    def __str__(self) -> str:  # KeyError quotes its message; show it as written
-        return str(self.args[0])
 
-
-class UnknownAnnotationError(KeyError):
+class UnknownAnnotationError(_UnknownIdError):
     def __init__(self, annotation_id: int, data_dir: str | Path = ""):
         self.annotation_id = annotation_id
         where = f" in the store {data_dir}" if data_dir else ""
         super().__init__(f"no annotation {annotation_id!r}{where}. Fix: use an id returned by "
                          "save_annotation() or listed by store.annotations(status=None)")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 @dataclass
