@@ -8,10 +8,12 @@ seeds, held-out loss, optimizer state, peak extra memory during a step, step tim
 Every optimizer trains the same model from the same initialisation on the same batches. Rows
 (`--optimizers`): `adamw` (torch's fused AdamW: the baseline), `galore` (galore-torch GaLoreAdamW,
 its recommended settings: update_proj_gap 200, scale 0.25; rank-matched), `sngd_random`,
-`sngd_tucker`, and the ablations of the preconditioner in the random subspace:
-`sngd_random_nongd` (NGD off: damping -> inf, normalised momentum of the projected gradient),
-`sngd_random_adam` (Adam's second moment in the same subspace), `sngd_random_sqrt` (F^-1/2, the
-GGT-style power of the same empirical Fisher). A name may end in `@<lr>` to skip its sweep.
+`sngd_tucker` (both with the residual, the default), and the ablations in the random subspace:
+`sngd_random_nores` (no residual: the update lives in the subspace only, the method before
+issue 12's second pass), `sngd_random_nongd` (NGD off: damping -> inf, normalised momentum of
+the projected gradient), `sngd_random_adam` (Adam's second moment in the same subspace),
+`sngd_random_sqrt` (F^-1/2, the GGT-style power of the same empirical Fisher). A name may end
+in `@<lr>` to skip its sweep.
 
 Protocol: every optimizer runs at every lr of `--lrs` with the first seed of `--seeds` (the
 sweep); its best lr (lowest held-out loss) is then run with the other seeds; the reported loss is
@@ -27,8 +29,10 @@ Memory: `state` = persistent optimizer state (what a checkpoint holds); `cache` 
 optimizer keeps between steps outside its state (SubspaceNGD's cached random factors); `peak` =
 the largest rise of the process RSS during one optimizer step after step 0 (/proc/self/status
 VmHWM after resetting it through /proc/self/clear_refs, freed heap returned with malloc_trim
-first), or of torch.cuda.max_memory_allocated with --device cuda. Step time: opt.step() alone
-(synchronised on CUDA), step 0 excluded; ratios are to the fused AdamW row.
+first), or of torch.cuda.max_memory_allocated with --device cuda, over the odd steps. Step
+time: opt.step() alone (synchronised on CUDA) on the even steps, step 0 excluded (the CPU memory
+probe slows the step it wraps, so no step is both probed and timed); ratios are to the fused
+AdamW row.
 """
 from __future__ import annotations
 
@@ -161,7 +165,7 @@ ABLATIONS = {"nongd": "none", "adam": "adam", "sqrt": "sqrt"}
 
 
 def build_optimizer(name: str, named, args, lr: float):
-    """`name` is adamw | galore | sngd_<random|tucker>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt]."""
+    """`name` is adamw | galore | sngd_<random|tucker>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt][_nores]."""
     if name == "adamw":
         fused = args.device in ("cpu", "cuda") or args.device.startswith("cuda")
         return factory.adamw(named, lr=lr, weight_decay=args.weight_decay, foreach=not fused,
@@ -179,9 +183,10 @@ def build_optimizer(name: str, named, args, lr: float):
         return factory.sngd(named, lr=lr, weight_decay=args.weight_decay,
                             rank=args.rank, history=args.history, damping=args.damping,
                             refresh_every=args.refresh_every, projector=parts[0],
-                            refresh_policy=policy, projector_dtype=dtype, preconditioner=precond)
+                            refresh_policy=policy, projector_dtype=dtype, preconditioner=precond,
+                            residual="nores" not in parts)
     raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, sngd_random, sngd_tucker "
-                     "(optionally with _carry/_reset, _bf16, _nongd/_adam/_sqrt)")
+                     "(optionally with _carry/_reset, _bf16, _nongd/_adam/_sqrt, _nores)")
 
 
 def state_bytes(opt: torch.optim.Optimizer) -> dict:
@@ -273,14 +278,20 @@ class Run:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         loss_value = loss.item()
-        self.memory.start()
+        # Odd steps measure memory, even steps (after step 0) time: the CPU probe trims the heap
+        # and resets the RSS high-water mark, which slows the step it wraps.
+        probe = step % 2 == 1
+        if probe:
+            self.memory.start()
         t0 = time.perf_counter()
         self.opt.step()
         if self.cuda:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
-        self.peak.append(self.memory.stop())
-        self.step_ms.append(1e3 * (t1 - t0))
+        if probe:
+            self.peak.append(self.memory.stop())
+        elif step > 0:
+            self.step_ms.append(1e3 * (t1 - t0))
         self.sched.step()
         self.losses.append(loss_value)
         # Wall-clock of forward + backward + step (the memory probe excluded).
@@ -300,9 +311,9 @@ class Run:
             "state_bytes_per_param": sum(per_param.values()) / n_all,
             "state_bytes_per_projected_param": sum(per_param.get(p, 0) for p in self.projected) / n_proj,
             "cache_bytes_per_param": cache / n_all,
-            "peak_bytes_per_param": max(self.peak[1:]) / n_all,
-            "step_ms_median": statistics.median(self.step_ms[1:]),
-            "step_ms_max": max(self.step_ms[1:]),
+            "peak_bytes_per_param": max(self.peak) / n_all,
+            "step_ms_median": statistics.median(self.step_ms),
+            "step_ms_max": max(self.step_ms),
             "final_loss": final if math.isfinite(final) else float("inf"),
             "train_loss_curve": self.losses,
             "wall_s": self.wall,
@@ -332,7 +343,7 @@ def run_round(specs: list[tuple[str, float, int]], args) -> list[dict]:
                 flush=True)
     out = []
     for i, run in enumerate(runs):
-        if i in dead or len(run.step_ms) < 2:
+        if i in dead or not run.step_ms or not run.peak:
             out.append({"lr": run.lr, "seed": run.seed, "final_loss": float("inf"), "diverged": dead.get(i)})
         else:
             row = run.summary(args)
@@ -382,7 +393,7 @@ def run_all(names, args) -> dict:
                           "sweep": {f"{r['lr']:g}": r["final_loss"] for r in sweep[n]}}
             continue
         first = ok[0]
-        step_ms = [t for r in ok for t in r["step_ms"][1:]]
+        step_ms = [t for r in ok for t in r["step_ms"]]
         results[n] = {
             "best_lr": best[n]["lr"],
             "seeds": [r["seed"] for r in rows],
@@ -396,7 +407,7 @@ def run_all(names, args) -> dict:
             "step_ms_max": max(step_ms),
             "sweep": {f"{r['lr']:g}": r["final_loss"] for r in sweep[n]},
             "sweep_step_ms_median": statistics.median(
-                t for r in sweep[n] if "step_ms" in r for t in r["step_ms"][1:]),
+                t for r in sweep[n] if "step_ms" in r for t in r["step_ms"]),
             "train_loss_curve": first["train_loss_curve"],
             "wall_s": first["wall_s"],
             "params": first["params"], "projected_params": first["projected_params"],
@@ -485,8 +496,8 @@ def plot(results: dict, args) -> list[Path]:
     return out
 
 
-DEFAULT_OPTIMIZERS = ("adamw,galore,sngd_random,sngd_tucker,sngd_random_nongd,sngd_random_adam,"
-                      "sngd_random_sqrt")
+DEFAULT_OPTIMIZERS = ("adamw,galore,sngd_random,sngd_tucker,sngd_random_nores,sngd_random_nongd,"
+                      "sngd_random_adam,sngd_random_sqrt")
 
 
 def main(argv=None) -> dict:
@@ -494,8 +505,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", choices=sorted(MODELS), default="text",
                     help="text: byte-level transformer; dociq-pretrain: the model=tiny pretrain task")
     ap.add_argument("--optimizers", default=DEFAULT_OPTIMIZERS)
-    ap.add_argument("--lrs", default="1e-3,3e-3,1e-2,3e-2", help="the lr sweep (log grid)")
-    ap.add_argument("--seeds", default="0,1", help="first: the sweep; the rest: at the best lr")
+    ap.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="the lr sweep (log grid)")
+    ap.add_argument("--seeds", default="0,1,2", help="first: the sweep; the rest: at the best lr")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)

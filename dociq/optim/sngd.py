@@ -90,7 +90,8 @@ class SubspaceNGD(Optimizer):
                  max_retries: int = 6, fallback: str = "adamw",
                  fallback_betas: tuple[float, float] = (0.9, 0.999), fallback_eps: float = 1e-8,
                  project: bool = True, max_skips_in_row: int = 10, preconditioner: str = "ngd",
-                 max_bucket_bytes: int = 64 * 2 ** 20) -> None:
+                 max_bucket_bytes: int = 64 * 2 ** 20, residual: bool = True,
+                 residual_growth: float = 1.01) -> None:
         if lr < 0 or rank < 1 or history < 1 or refresh_every < 1 or damping < 0:
             raise ValueError(f"SubspaceNGD: need lr >= 0, rank >= 1, history >= 1, "
                              f"refresh_every >= 1, damping >= 0; got lr={lr}, rank={rank}, "
@@ -112,11 +113,13 @@ class SubspaceNGD(Optimizer):
                         scale=scale, solve_dtype=solve_dtype, projector_dtype=projector_dtype,
                         max_retries=max_retries, fallback=fallback,
                         fallback_betas=tuple(fallback_betas), fallback_eps=fallback_eps,
-                        project=project, preconditioner=preconditioner)
+                        project=project, preconditioner=preconditioner, residual=residual,
+                        residual_growth=residual_growth)
         self.max_bucket_bytes = max_bucket_bytes
         super().__init__(params, defaults)
         self._layout: Optional[dict] = None
-        self._cache: dict = {}        # per bucket: factors (between refreshes), state buffers
+        self._cache: dict = {}        # per (bucket, member set): the batched state buffers
+        self._factors: dict = {}      # per parameter: the factors in force (between refreshes)
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -133,6 +136,7 @@ class SubspaceNGD(Optimizer):
         super().add_param_group(param_group)
         self._layout = None
         self._cache = {}
+        self._factors = {}
 
     def is_projected(self, p: torch.Tensor, group: dict) -> bool:
         if not group["project"] or p.dim() < 2 or p.numel() < group["min_numel"]:
@@ -145,8 +149,12 @@ class SubspaceNGD(Optimizer):
         return names[position] if names else f"param{global_index}"
 
     def _build_layout(self) -> dict:
-        """Name key, refresh offset and bucket of every projected parameter. Buckets: same
-        (group, shape, dtype, device), split so that each holds <= max_bucket_bytes of fp32."""
+        """Name key, refresh offset, ranks and bucket of every projected parameter. A bucket is
+        the parameters of one group whose subspaces have the same ranks (r_1..r_d), on one
+        device: their history / momentum live in one [B, k, s] / [B, k] tensor and their
+        solves, momentum and graft are single batched ops, whatever their shapes. Buckets hold
+        at most max_bucket_bytes of fp32 weights (the weights are never stacked; the cap bounds
+        the batched state buffers and the work of one batched op)."""
         info, groups = {}, defaultdict(list)
         index = 0
         for gi, group in enumerate(self.param_groups):
@@ -156,17 +164,23 @@ class SubspaceNGD(Optimizer):
                 if not self.is_projected(p, group):
                     continue
                 period = group["refresh_every"]
-                info[p] = dict(name=name, key=projection.name_key(name),
+                ranks = projection.mode_ranks(p.shape, group["rank"])
+                info[p] = dict(name=name, key=projection.name_key(name), ranks=ranks,
                                offset=projection.name_key(name, "offset") % period)
-                groups[(gi, tuple(p.shape), p.dtype, p.device)].append(p)
+                groups[(gi, ranks, p.device)].append(p)
         buckets = {}
         for key, members in groups.items():
-            per = max(1, self.max_bucket_bytes // (4 * members[0].numel()))
-            for c in range(0, len(members), per):
-                bucket = key + (c // per,)
-                buckets[bucket] = members[c:c + per]
-                for p in buckets[bucket]:
-                    info[p]["bucket"] = bucket
+            chunk, size, part = [], 0, 0
+            for p in members:
+                if chunk and size + 4 * p.numel() > self.max_bucket_bytes:
+                    buckets[key + (part,)] = chunk
+                    chunk, size, part = [], 0, part + 1
+                chunk.append(p)
+                size += 4 * p.numel()
+            buckets[key + (part,)] = chunk
+        for bucket, members in buckets.items():
+            for p in members:
+                info[p]["bucket"] = bucket
         return dict(info=info, buckets=buckets)
 
     @property
@@ -176,89 +190,99 @@ class SubspaceNGD(Optimizer):
         return self._layout
 
     # ------------------------------------------------------------------ projectors
-    def _schedule(self, group: dict, members: list, t: int) -> tuple[list[int], list[bool]]:
-        """(refresh count, refresh due now) per member at step t (host ints: no device work)."""
-        info, period = self.layout["info"], group["refresh_every"]
-        shifted = [info[p]["offset"] + t for p in members]
-        return [s // period for s in shifted], [s % period == 0 for s in shifted]
+    def _refresh_count(self, group: dict, p: torch.Tensor, t: int) -> tuple[int, bool]:
+        """(refresh count, refresh due at step t) of p: host ints, no device work."""
+        shifted = self.layout["info"][p]["offset"] + t
+        return shifted // group["refresh_every"], shifted % group["refresh_every"] == 0
 
-    def _random(self, group: dict, shape, members: list, counts: list[int]) -> list[torch.Tensor]:
-        device = members[0].device
-        keys = torch.tensor([self.layout["info"][p]["key"] for p in members], device=device)
-        ranks = projection.mode_ranks(shape, group["rank"])
-        return projection.random_factors(shape, ranks, group["seed"], keys,
-                                         torch.tensor(counts, device=device))
+    def _random(self, group: dict, ps: list, counts: list[int]) -> list[list[torch.Tensor]]:
+        """Random factors of `ps` at these refresh counts: per parameter, a list per mode.
+        Same-shaped parameters are generated in one batched call, on their device."""
+        out: list = [None] * len(ps)
+        by_shape = defaultdict(list)
+        for i, p in enumerate(ps):
+            by_shape[tuple(p.shape)].append(i)
+        info = self.layout["info"]
+        for shape, idx in by_shape.items():
+            device = ps[idx[0]].device
+            keys = torch.tensor([info[ps[i]]["key"] for i in idx], device=device)
+            stacks = projection.random_factors(shape, info[ps[idx[0]]]["ranks"], group["seed"], keys,
+                                               torch.tensor([counts[i] for i in idx], device=device))
+            for j, i in enumerate(idx):
+                out[i] = [f[j] for f in stacks]
+        return out
 
-    def _bucket_factors(self, bucket, members: list, t: int) -> dict:
-        """Factors of `members` in force at step t, cached between refreshes.
-
-        random: a function of the refresh count; regenerated (on the device) only for members
-        whose count changed. tucker: the stored HOSVD factors as one fp32 stack; members with
-        no factors yet (step 0, or a new parameter) are due for their first HOSVD now, as are
-        members at their staggered refresh. "due": members refreshed at this step."""
-        group = self.param_groups[bucket[0]]
-        counts, due = self._schedule(group, members, t)
-        ckey = (bucket, tuple(id(p) for p in members))
-        entry = self._cache.setdefault(ckey, {})
-        if group["projector"] == "random":
-            old = entry.get("counts")
-            changed = [i for i, c in enumerate(counts) if old is None or old[i] != c]
-            if changed:
-                if old is None or len(changed) == len(members):
-                    entry["factors"] = self._random(group, bucket[1], members, counts)
+    def _factors_in_force(self, group: dict, ps: list, t: int) -> tuple[list, list[int]]:
+        """Per member: the factors (fp32, one tensor per mode) that step t projects with, and
+        the members due a refresh at t. random: a function of the refresh count, cached per
+        parameter between refreshes and regenerated only when the count moves. tucker: the
+        stored HOSVD factors; a member without any (step 0, or a new parameter) is due now."""
+        cache, due, factors = self._factors, [], []
+        stale, stale_counts = [], []
+        for i, p in enumerate(ps):
+            count, now = self._refresh_count(group, p, t)
+            if group["projector"] == "random":
+                if now and t > 0:
+                    due.append(i)
+                entry = cache.get(p)
+                if entry is None or entry[0] != count:
+                    stale.append(i)
+                    stale_counts.append(count)
+                    factors.append(None)
                 else:
-                    new = self._random(group, bucket[1], [members[i] for i in changed],
-                                       [counts[i] for i in changed])
-                    idx = torch.tensor(changed, device=members[0].device)
-                    for f, n in zip(entry["factors"], new):
-                        f.index_copy_(0, idx, n)
-                entry["counts"] = counts
-        else:
-            due = [d or "factor0" not in self.state[p] for d, p in zip(due, members)]
-            if "factors" not in entry:
-                ranks = projection.mode_ranks(bucket[1], group["rank"])
-                entry["factors"] = [
-                    torch.stack([self.state[p][f"factor{m}"].float() if "factor0" in self.state[p]
-                                 else torch.zeros(n, r, device=p.device) for p in members])
-                    for m, (n, r) in enumerate(zip(bucket[1], ranks))]
-                if group["projector_dtype"] == "float32":
-                    # fp32 factors: the state tensors are rows of the cached stack (no second copy).
-                    for i, p in enumerate(members):
-                        if "factor0" in self.state[p]:
-                            for m, f in enumerate(entry["factors"]):
-                                self.state[p][f"factor{m}"] = f[i]
-        entry["due"], entry["counts_now"], entry["t"] = due, counts, t
-        return entry
+                    factors.append(entry[1])
+            else:
+                st = self.state[p]
+                if now or "factor0" not in st:
+                    due.append(i)
+                entry = cache.get(p)
+                if "factor0" in st and (entry is None or entry[0] is not st["factor0"]):
+                    fs = [st[f"factor{m}"].float() for m in range(p.dim())]
+                    cache[p] = entry = (st["factor0"], fs)
+                factors.append(entry[1] if entry is not None and "factor0" in st else None)
+        if stale:
+            fresh = self._random(group, [ps[i] for i in stale], stale_counts)
+            for i, c, fs in zip(stale, stale_counts, fresh):
+                cache[ps[i]] = (c, fs)
+                factors[i] = fs
+        return factors, due
 
-    def subspace_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
+    def factors_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
         """Factors [n_i, r_i] that the next step() projects p's gradient with, or None when p
-        is not projected or its subspace depends on the (not yet reduced) gradient (a tucker
-        refresh in its bucket). Used by the DDP hook to all-reduce projected gradients."""
+        is not projected or its subspace depends on the gradient itself (a tucker refresh)."""
         info = self.layout["info"].get(p)
         if info is None:
             return None
-        members = self.layout["buckets"][info["bucket"]]
-        steps = {self.state[q].get("step", 0) if q in self.state else 0 for q in members}
-        if len(steps) != 1:
+        group = self.param_groups[info["bucket"][0]]
+        t = self.state[p].get("step", 0) if p in self.state else 0
+        factors, due = self._factors_in_force(group, [p], t)
+        if group["projector"] == "tucker" and due:
             return None
-        entry = self._bucket_factors(info["bucket"], members, steps.pop())
-        if self.param_groups[info["bucket"][0]]["projector"] == "tucker" and any(entry["due"]):
+        return factors[0]
+
+    def subspace_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
+        """What the DDP hook may all-reduce p's gradient in: `factors_of(p)`, or None when the
+        step needs p's full gradient — not projected, a tucker refresh, or a group with
+        `residual` (it uses the part of the gradient outside the subspace too)."""
+        info = self.layout["info"].get(p)
+        if info is None or self.param_groups[info["bucket"][0]]["residual"]:
             return None
-        i = next(j for j, q in enumerate(members) if q is p)   # identity: == on tensors is elementwise
-        return [f[i] for f in entry["factors"]]
+        return self.factors_of(p)
 
     def cache_bytes(self) -> int:
         """Bytes held between steps outside the state: cached factors (random: all of them;
-        tucker fp32: none, the state tensors are rows of the cache) and stale bucket buffers."""
+        tucker: only the fp32 copies of factors stored in another dtype)."""
         in_state = {v.untyped_storage().data_ptr() for st in self.state.values()
                     for v in st.values() if torch.is_tensor(v)}
         seen, total = set(), 0
+        tensors = [f for _, fs in self._factors.values() for f in fs]
         for entry in self._cache.values():
-            for t in list(entry.get("factors", [])) + list(entry.get("bufs", {}).values()):
-                ptr = t.untyped_storage().data_ptr()
-                if ptr not in in_state and ptr not in seen:
-                    seen.add(ptr)
-                    total += t.untyped_storage().nbytes()
+            tensors += list(entry.get("bufs", {}).values())
+        for t in tensors:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in in_state and ptr not in seen:
+                seen.add(ptr)
+                total += t.untyped_storage().nbytes()
         return total
 
     # ------------------------------------------------------------------ counters
@@ -280,50 +304,50 @@ class SubspaceNGD(Optimizer):
     # ------------------------------------------------------------------ step
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None):
-        """Three phases: (1) project every gradient with the factors in force and collect the
-        finiteness checks (the projected gradients stand in for the full ones: a NaN or inf
-        anywhere in g makes U^T g V non-finite); (2) one host read: skip the step, or (3) apply
-        refreshes, the history, one batched solve for all buckets, and the updates."""
+        """Three phases: (1) the norm of every gradient (one multi-tensor op: the finiteness
+        check, and the residual's scale); (2) one host read: skip the step, or (3) the fallback
+        step, then per bucket: refreshes, projection, history, one batched solve for all
+        buckets, momentum, graft and the in-place updates."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         info = self.layout["info"]
-        checks, rest = [], []
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None and p not in info]
-            rest.append(params)
-            if params:
-                checks.append(torch.stack(torch._foreach_norm([p.grad for p in params])).sum())
+        rest = [[p for p in group["params"] if p.grad is not None and p not in info]
+                for group in self.param_groups]
         plans = []
         for bucket, members in self.layout["buckets"].items():
             by_step = defaultdict(list)
             for p in members:
                 if p.grad is not None:
                     by_step[self.state[p].get("step", 0) if p in self.state else 0].append(p)
-            for t, ps in by_step.items():
-                plan = self._plan(bucket, ps, t)
-                checks.append(plan["low"].sum())
-                if plan["tucker_due"]:
-                    checks.append(torch.stack(torch._foreach_norm(
-                        [ps[i].grad for i in plan["tucker_due"]])).sum())
-                plans.append(plan)
-        if checks and self._host_read(checks):
+            plans += [dict(bucket=bucket, ps=ps, t=t) for t, ps in by_step.items()]
+        grads = [p.grad for ps in rest for p in ps] + [p.grad for plan in plans for p in plan["ps"]]
+        if not grads:
+            return loss
+        norms = torch._foreach_norm(grads)
+        n_rest = sum(len(ps) for ps in rest)
+        start = n_rest
+        for plan in plans:
+            plan["grad_norm"] = torch.stack(norms[start:start + len(plan["ps"])]).float()
+            start += len(plan["ps"])
+        if self._host_read(norms):
             return self._skip(loss)
         self.skips_in_row = 0
         for group, params in zip(self.param_groups, rest):
             if params:
                 self._fallback_step(group, params)
         for plan in plans:
-            self._refresh_and_record(plan)
+            self._prepare(plan)
         self._precondition_all(plans)
         for plan in plans:
             self._update(plan)
         return loss
 
-    def _host_read(self, checks: list) -> bool:
+    def _host_read(self, norms: list) -> bool:
         """The one host sync of a step: any non-finite gradient? (+ the fallback counter)."""
-        bad = torch.stack([c.float() for c in checks]).sum().isfinite().logical_not()
+        total = norms[0].float() if len(norms) == 1 else torch.stack([n.float() for n in norms]).sum()
+        bad = total.isfinite().logical_not()
         if self._fallback_count is None:
             return bool(bad)
         bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
@@ -344,20 +368,28 @@ class SubspaceNGD(Optimizer):
                 "optim.optimizer.lr, or raise optim.optimizer.max_skips_in_row (0: never stop)")
         return loss
 
-    def _bucket_state(self, entry: dict, group: dict, ps: list, k: int, s: int) -> dict:
-        """[B, k, s] history / [B, k] momentum whose rows ARE the members' state tensors
-        (rebuilt once after a load_state_dict, which gives every parameter its own tensors)."""
-        names = ("history", "momentum") + (("exp_avg_sq",) if group["preconditioner"] == "adam" else ())
+    def _bucket_state(self, bucket, group: dict, ps: list, k: int, s: int) -> dict:
+        """[B, k, s] history / [B, k] momentum (+ [B, k] exp_avg_sq, [B] residual_norm) whose
+        rows ARE the members' state tensors. Rebuilt when the member set changes or after a
+        load_state_dict (which gives every parameter its own tensors)."""
+        names = ("history", "momentum") + (("exp_avg_sq",) if group["preconditioner"] == "adam" else ()) \
+            + (("residual_norm",) if group["residual"] else ())
+        ckey = (bucket, tuple(id(p) for p in ps))
+        entry = self._cache.setdefault(ckey, {})
         bufs = entry.get("bufs")
-        if bufs is not None and all(
-                self.state[p].get(n) is not None and self.state[p][n].data_ptr() == bufs[n][i].data_ptr()
-                for i, p in enumerate(ps) for n in names):
+        first, last = self.state[ps[0]], self.state[ps[-1]]
+        if bufs is not None and all(first.get(n) is not None and last.get(n) is not None
+                                    and first[n].data_ptr() == bufs[n][0].data_ptr()
+                                    and last[n].data_ptr() == bufs[n][-1].data_ptr() for n in names):
             return bufs
-        device, shapes = ps[0].device, {"history": (k, s), "momentum": (k,), "exp_avg_sq": (k,)}
+        device = ps[0].device
+        shapes = {"history": (k, s), "momentum": (k,), "exp_avg_sq": (k,), "residual_norm": ()}
         bufs = {}
         for n in names:
+            # residual_norm starts at inf: the growth limit has nothing to compare with yet.
             rows = [self.state[p][n].to(device, torch.float32) if n in self.state[p]
-                    else torch.zeros(shapes[n], device=device) for p in ps]
+                    else torch.full(shapes[n], math.inf if n == "residual_norm" else 0.0, device=device)
+                    for p in ps]
             bufs[n] = torch.stack(rows)
             for i, p in enumerate(ps):
                 self.state[p][n] = bufs[n][i]
@@ -366,121 +398,121 @@ class SubspaceNGD(Optimizer):
         entry["bufs"] = bufs
         return bufs
 
-    @staticmethod
-    def _project_each(ps: list, factors: list, members) -> torch.Tensor:
-        """[len(members), k]: each gradient projected on its own (no stacked copy of the bucket)."""
-        return torch.stack([projection.project(ps[i].grad.unsqueeze(0).float(), [f[i:i + 1] for f in factors])
-                            .reshape(-1) for i in members])
-
-    def _plan(self, bucket, ps: list, t: int) -> dict:
-        """Phase 1 for one bucket at step t: factors in force, state buffers, projected gradients."""
+    def _prepare(self, plan: dict) -> None:
+        """Phase 3a for one bucket at step t: factors in force, refreshes (random: carry or
+        reset; tucker: HOSVD of the current gradient), projected gradients, history column."""
+        bucket, ps, t = plan["bucket"], plan["ps"], plan["t"]
         group = self.param_groups[bucket[0]]
-        ranks = projection.mode_ranks(bucket[1], group["rank"])
+        ranks = bucket[1]
         k, s = math.prod(ranks), group["history"]
-        entry = self._bucket_factors(bucket, ps, t)
-        bufs = self._bucket_state(entry, group, ps, k, s)
-        due = [i for i, d in enumerate(entry["due"]) if d]
-        tucker = group["projector"] == "tucker"
-        # tucker members due a refresh are projected again after their HOSVD (phase 3); their
-        # finiteness is checked on the full gradient (a fresh member's placeholder factor is 0).
-        keep = [i for i in range(len(ps)) if not (tucker and i in due)]
-        if len(keep) == len(ps):
-            low = self._project_each(ps, entry["factors"], keep)
-        else:
-            low = torch.zeros(len(ps), k, device=ps[0].device)
-            if keep:
-                low[torch.tensor(keep, device=low.device)] = self._project_each(ps, entry["factors"], keep)
-        return dict(bucket=bucket, group=group, ps=ps, t=t, ranks=ranks, entry=entry, bufs=bufs,
-                    due=due, tucker_due=due if tucker else [], low=low)
-
-    def _refresh_and_record(self, plan: dict) -> None:
-        """Phase 3a: refreshes (carry/reset; tucker HOSVD), then the ring-buffer column."""
-        group, ps, t, ranks = plan["group"], plan["ps"], plan["t"], plan["ranks"]
-        hist, mom, entry = plan["bufs"]["history"], plan["bufs"]["momentum"], plan["entry"]
-        sub = plan["due"]
-        if sub and group["projector"] == "tucker":
-            self._refresh_tucker(group, ps, sub, entry["factors"], ranks, hist, mom, t)
-            plan["low"][torch.tensor(sub, device=hist.device)] = self._project_each(ps, entry["factors"], sub)
-        elif sub and t > 0:
-            old = self._random(group, plan["bucket"][1], [ps[i] for i in sub],
-                               [entry["counts_now"][i] - 1 for i in sub])
-            self._carry_or_reset(group, hist, mom, torch.tensor(sub, device=hist.device),
-                                 old, entry["factors"], ranks)
-        hist[:, :, t % group["history"]] = plan["low"]
+        bufs = self._bucket_state(bucket, group, ps, k, s)
+        factors, due = self._factors_in_force(group, ps, t)
+        hist, mom = bufs["history"], bufs["momentum"]
+        if due and group["projector"] == "tucker":
+            factors = self._refresh_tucker(group, ps, due, factors, hist, mom, t)
+        elif due:
+            old = self._random(group, [ps[i] for i in due],
+                               [self._refresh_count(group, ps[i], t)[0] - 1 for i in due])
+            for j, i in enumerate(due):
+                self._carry_or_reset(group, hist, mom, i, old[j], factors[i])
+        low = torch.empty(len(ps), k, device=ps[0].device)
+        for i, p in enumerate(ps):
+            g = p.grad
+            if g.dim() == 2:
+                u, v = factors[i]
+                # (G V) first: the long inner dimension on G's contiguous rows (measured faster
+                # than U^T G), then U^T (G V), an r x r product.
+                torch.mm(u.t(), torch.mm(g.float(), v), out=low[i].view(ranks))
+            else:
+                low[i] = projection.project(g.unsqueeze(0).float(), [f.unsqueeze(0) for f in factors[i]]).reshape(-1)
+        hist[:, :, t % s] = low
+        plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low)
 
     def _update(self, plan: dict) -> None:
-        """Phase 3c: momentum, graft, W <- W (1 - lr wd) - lr project_back(u)."""
-        group, ps, shape, ranks = plan["group"], plan["ps"], plan["bucket"][1], plan["ranks"]
-        mom, factors, B = plan["bufs"]["momentum"], plan["entry"]["factors"], len(ps)
+        """Phase 3c: momentum, graft (+ residual), W <- W (1 - lr wd) - lr update, in place."""
+        group, ps, ranks = plan["group"], plan["ps"], plan["ranks"]
+        mom, factors, low = plan["bufs"]["momentum"], plan["factors"], plan["low"]
         mom.mul_(group["momentum"]).add_(plan["direction"].to(torch.float32))
-        # Graft: RMS per weight = scale (so lr is AdamW's lr).
-        norm = torch.linalg.vector_norm(mom, dim=1, keepdim=True)
-        target = group["scale"] * math.sqrt(math.prod(shape))
-        update = mom * (target / norm.clamp_min(1e-30))          # mom = 0 -> update = 0
+        mom_norm = torch.linalg.vector_norm(mom, dim=1)
+        numel = torch.tensor([float(p.numel()) for p in ps], device=mom.device)
+        target = group["scale"] * numel.sqrt()                   # ||update|| = scale sqrt(n1..nd)
         lr, wd = group["lr"], group["weight_decay"]
         decay = 1.0 - lr * wd
-        if len(shape) == 2:
-            # W <- decay W - lr U (core V^T): one in-place addmm per matrix, no full-size temporary.
-            u, v = factors
-            right = update.view(B, *ranks) @ v.transpose(1, 2)           # [B, r, m]
-            for i, p in enumerate(ps):
-                p.addmm_(u[i].to(p.dtype), right[i].to(p.dtype), beta=decay, alpha=-lr)
+        if group["residual"]:
+            # The gradient normalised to RMS `scale` per weight, with its in-subspace part
+            # U g_low V^T replaced by the momentum direction of the same norm; the rest
+            # R = g - U g_low V^T (orthogonal to the subspace) is kept, its norm growing by at
+            # most `residual_growth` per step (Fira's limiter, for when the subspace goes stale).
+            g_norm = plan["grad_norm"].clamp_min(1e-30)
+            low_norm = torch.linalg.vector_norm(low, dim=1)
+            gain = target / g_norm
+            res_norm = gain * (g_norm.square() - low_norm.square()).clamp_min(0).sqrt()
+            prev = plan["bufs"]["residual_norm"]
+            limited = torch.minimum(res_norm, group["residual_growth"] * prev)
+            res_gain = gain * torch.where(res_norm > 0, limited / res_norm.clamp_min(1e-30),
+                                          torch.ones_like(res_norm))
+            prev.copy_(limited)
+            coef = gain * low_norm / mom_norm.clamp_min(1e-30)
+            update = mom * coef[:, None] - low * res_gain[:, None]
         else:
-            full = projection.project_back(update.view(B, *ranks), factors)
-            if wd != 0:
-                torch._foreach_mul_(ps, decay)
-            torch._foreach_add_(ps, list(full.to(ps[0].dtype).unbind(0)), alpha=-lr)
-        for p in ps:
+            # Graft: the update's RMS per weight is `scale` (so lr is AdamW's lr).
+            update = mom * (target / mom_norm.clamp_min(1e-30))[:, None]   # mom = 0 -> update = 0
+        for i, p in enumerate(ps):
+            fs = factors[i]
+            if p.dim() == 2:
+                u, v = fs
+                # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
+                right = torch.mm(update[i].view(ranks), v.t())
+                p.addmm_(u.to(p.dtype), right.to(p.dtype), beta=decay, alpha=-lr)
+            else:
+                full = projection.project_back(update[i].view(1, *ranks), [f.unsqueeze(0) for f in fs])[0]
+                if wd != 0:
+                    p.mul_(decay)
+                p.add_(full.to(p.dtype), alpha=-lr)
+            if group["residual"]:
+                p.addcmul_(p.grad, res_gain[i].to(p.dtype), value=-lr)
             self.state[p]["step"] = plan["t"] + 1
 
-    def _refresh_tucker(self, group, ps, sub, factors, ranks, hist, mom, t) -> None:
-        """HOSVD of the gradients of members whose refresh is due: store the new factors, move
-        history/momentum into them, update the cached stack."""
-        ps_bucket = self.layout["info"][ps[0]]["bucket"]
-        # One member at a time: no stacked copy of the gradients (staggering makes it ~1 per step).
-        per = [projection.tucker_factors(ps[i].grad.unsqueeze(0).float(), ranks, method=group["tucker_method"])
-               for i in sub]
-        new_sub = [torch.cat([f[m] for f in per]) for m in range(len(ranks))]
+    def _refresh_tucker(self, group, ps, due, factors, hist, mom, t) -> list:
+        """HOSVD of the gradients of members whose refresh is due (one at a time: no stacked
+        copy of gradients): store the new factors, move history/momentum into them."""
         store = _DTYPES[group["projector_dtype"]]
-        idx = torch.tensor(sub, device=hist.device)
-        has_old = [("factor0" in self.state[ps[i]]) for i in sub]
-        old = None
-        if t > 0:
-            # Members without factors (added after step 0) start from their random subspace.
-            rnd = None if all(has_old) else self._random(group, tuple(f.shape[1] for f in factors),
-                                                         [ps[i] for i in sub], [0] * len(sub))
-            old = [torch.stack([factors[m][i] if has else rnd[m][j]
-                                for j, (i, has) in enumerate(zip(sub, has_old))])
-                   for m in range(len(ranks))]
-        for ck, other in self._cache.items():      # other member subsets of this bucket: stale stacks
-            if ck[0] == ps_bucket and other.get("factors") is not factors:
-                other.pop("factors", None)
-        for j, i in enumerate(sub):
-            for m, f in enumerate(new_sub):
-                if store == torch.float32:
-                    factors[m][i] = f[j]
-                    self.state[ps[i]][f"factor{m}"] = factors[m][i]     # a row of the cached stack
-                else:
-                    self.state[ps[i]][f"factor{m}"] = f[j].to(store)
-                    # Use the stored (rounded) factor so DDP ranks and resumed runs agree.
-                    factors[m][i] = self.state[ps[i]][f"factor{m}"].float()
-        if old is not None:
-            self._carry_or_reset(group, hist, mom, idx, old, factors, ranks)
+        factors = list(factors)
+        for i in due:
+            p = ps[i]
+            ranks = self.layout["info"][p]["ranks"]
+            new = [f[0] for f in projection.tucker_factors(p.grad.unsqueeze(0).float(), ranks,
+                                                             method=group["tucker_method"])]
+            old = factors[i]
+            if old is None and t > 0:
+                # A parameter added after step 0 starts from its random subspace.
+                old = self._random(group, [p], [0])[0]
+            st = self.state[p]
+            for m, f in enumerate(new):
+                st[f"factor{m}"] = f if store == torch.float32 else f.to(store)
+            # Use the stored (possibly rounded) factors so DDP ranks and resumed runs agree.
+            fs = [st[f"factor{m}"].float() for m in range(len(new))]
+            self._factors[p] = (st["factor0"], fs)
+            factors[i] = fs
+            if old is not None:
+                self._carry_or_reset(group, hist, mom, i, old, fs)
+        return factors
 
     @staticmethod
-    def _carry_or_reset(group, hist, mom, sub, old_factors, factors, ranks) -> None:
-        """Move history/momentum of refreshed members into their new subspace (or zero them)."""
+    def _carry_or_reset(group, hist, mom, i: int, old_factors, factors) -> None:
+        """Move member i's history/momentum into its new subspace (or zero them)."""
         if group["refresh_policy"] == "reset":
-            hist[sub] = 0
-            mom[sub] = 0
+            hist[i] = 0
+            mom[i] = 0
             return
-        new_sub = [f[sub] for f in factors]
-        maps = projection.change_of_basis(new_sub, old_factors)
-        Bd, k, s = len(sub), hist.shape[1], hist.shape[2]
-        cols = hist[sub].transpose(1, 2).reshape(Bd * s, *ranks)
-        moved = projection.project(cols, [m.repeat_interleave(s, dim=0) for m in maps])
-        hist[sub] = moved.reshape(Bd, s, k).transpose(1, 2)
-        mom[sub] = projection.project(mom[sub].view(Bd, *ranks), maps).reshape(Bd, k)
+        ranks = [f.shape[1] for f in factors]
+        maps = projection.change_of_basis([f.unsqueeze(0) for f in factors],
+                                          [f.unsqueeze(0) for f in old_factors])
+        s = hist.shape[2]
+        cols = hist[i].t().reshape(s, *ranks)
+        moved = projection.project(cols, [m.expand(s, -1, -1) for m in maps])
+        hist[i] = moved.reshape(s, -1).t()
+        mom[i] = projection.project(mom[i].view(1, *ranks), maps).reshape(-1)
 
     # ------------------------------------------------------------------ preconditioners
     def _precondition_all(self, plans: list) -> None:
@@ -513,9 +545,13 @@ class SubspaceNGD(Optimizer):
     @staticmethod
     def _lambda(G: torch.Tensor, damping: float) -> torch.Tensor:
         """damping x mean squared norm of the stored (non-zero) history columns, per member."""
-        cols = G.square().sum(dim=1)                               # [B, s]
-        stored = (cols > 0).sum(dim=1).clamp_min(1).to(G.dtype)
-        floor = torch.finfo(G.dtype).tiny ** 0.5
+        return SubspaceNGD._lambda_from_columns(torch.linalg.vector_norm(G, dim=1).square(), damping)
+
+    @staticmethod
+    def _lambda_from_columns(cols: torch.Tensor, damping: float) -> torch.Tensor:
+        """The lambda rule from the squared column norms [B, s] (the Gram diagonal)."""
+        stored = (cols > 0).sum(dim=1).clamp_min(1).to(cols.dtype)
+        floor = torch.finfo(cols.dtype).tiny ** 0.5
         return (damping * cols.sum(dim=1) / stored).clamp_min(floor)
 
     @staticmethod
@@ -531,14 +567,17 @@ class SubspaceNGD(Optimizer):
         [B_i, k_i] gradients) via Woodbury: (g - G z) / lam with (lam I_s + G^T G) z = G^T g.
         The s x s systems of all buckets are factorised together, and the retries are a ladder
         of lam values in the same batched call (no host sync); the first rung that factorises
-        wins. Returns (per-bucket results in solve_dtype, lam used, all rungs failed) — the last
+        wins. Returns (per-bucket results in the history dtype, lam used, all rungs failed) — the last
         two concatenated over buckets."""
         dtype = _DTYPES[group["solve_dtype"]]
-        Gs = [hist.to(dtype) for hist, _ in pairs]
-        gs = [grad.to(dtype) for _, grad in pairs]
-        lam = torch.cat([SubspaceNGD._lambda(G, group["damping"]) for G in Gs])
-        gram = torch.cat([G.transpose(1, 2) @ G for G in Gs])                      # [B, s, s]
-        rhs = torch.cat([G.transpose(1, 2) @ g.unsqueeze(-1) for G, g in zip(Gs, gs)])   # [B, s, 1]
+        # The k x s products run in the history's own dtype (fp32 in the optimizer: no fp64 copy
+        # of the history); only the s x s systems are promoted to solve_dtype. lam comes from the
+        # Gram's diagonal (the squared column norms).
+        Gs = [hist for hist, _ in pairs]
+        gs = [grad.to(hist.dtype) for hist, grad in pairs]
+        gram = torch.cat([G.transpose(1, 2) @ G for G in Gs]).to(dtype)                  # [B, s, s]
+        rhs = torch.cat([(G.transpose(1, 2) @ g.unsqueeze(-1)) for G, g in zip(Gs, gs)]).to(dtype)
+        lam = SubspaceNGD._lambda_from_columns(gram.diagonal(dim1=1, dim2=2), group["damping"])
         floor = torch.finfo(dtype).tiny ** 0.5
         s, R = gram.shape[2], group["max_retries"]
         eye = torch.eye(s, dtype=dtype, device=gram.device)
@@ -559,7 +598,8 @@ class SubspaceNGD(Optimizer):
         results, start = [], 0
         for G, g in zip(Gs, gs):
             stop = start + G.shape[0]
-            results.append((g - (G @ z[start:stop]).squeeze(-1)) / lam[start:stop, None])
+            zs, lams = z[start:stop].to(G.dtype), lam[start:stop, None].to(G.dtype)
+            results.append((g - (G @ zs).squeeze(-1)) / lams)
             start = stop
         return results, lam, failed
 
@@ -649,6 +689,7 @@ class SubspaceNGD(Optimizer):
                     self.state[p][key] = value.to(device=p.device)
         self._layout = None
         self._cache = {}
+        self._factors = {}
 
     def _match_by_name(self, state_dict: dict) -> dict:
         saved_groups = state_dict["param_groups"]

@@ -7,7 +7,10 @@ Each piece is the documented rule written the obvious way (docs/optim.md):
   carry: C_new = U_new^T (U_old C V_old^T) V_new for every history column and the momentum;
   lam = damping * sum ||G_j||^2 / (number of non-zero columns);
   natural = (lam I + G G^T)^-1 g_low;  m = beta m + natural;
-  W <- W (1 - lr wd) - lr * U (m * scale sqrt(n m) / ||m||) V^T.
+  W <- W (1 - lr wd) - lr * U (m * scale sqrt(n m) / ||m||) V^T;
+  residual=True: W <- W (1 - lr wd) - lr * (target / ||g||) (||g_low|| U (m / ||m||) V^T + R),
+  R = g - U g_low V^T, target = scale sqrt(n m), and ||(target / ||g||) R|| capped at
+  residual_growth x its previous (capped) value.
 """
 from __future__ import annotations
 
@@ -20,11 +23,12 @@ from dociq.optim import projection
 
 class ReferenceSNGD:
     def __init__(self, named_matrices, lr, rank, history, damping, momentum, weight_decay,
-                 refresh_every, projector="random", refresh_policy="carry", seed=0, scale=1.0):
+                 refresh_every, projector="random", refresh_policy="carry", seed=0, scale=1.0,
+                 residual=False, residual_growth=1.01):
         self.params = list(named_matrices)
         self.cfg = dict(lr=lr, rank=rank, s=history, damping=damping, beta=momentum, wd=weight_decay,
                         period=refresh_every, projector=projector, policy=refresh_policy,
-                        seed=seed, scale=scale)
+                        seed=seed, scale=scale, residual=residual, growth=residual_growth)
         self.state = {name: {} for name, _ in self.params}
 
     def _factors(self, name, shape, count, grad):
@@ -63,8 +67,18 @@ class ReferenceSNGD:
             lam = c["damping"] * cols.sum() / max(1, int((cols > 0).sum()))
             natural = torch.linalg.solve(lam * torch.eye(k, dtype=torch.float64) + G @ G.T, low)
             m.mul_(c["beta"]).add_(natural)
-            u = m * (c["scale"] * math.sqrt(p.numel()) / m.norm())
-            full = U @ u.reshape(U.shape[1], V.shape[1]) @ V.T
+            target = c["scale"] * math.sqrt(p.numel())
+            if c["residual"]:
+                u = m * (target * low.norm() / g.norm() / m.norm())
+                res = (target / g.norm()) * (g - U @ low.reshape(U.shape[1], V.shape[1]) @ V.T)
+                limit = c["growth"] * st.get("res_norm", math.inf)
+                if res.norm() > limit:
+                    res = res * (limit / res.norm())
+                st["res_norm"] = float(res.norm())
+            else:
+                u = m * (target / m.norm())
+                res = 0.0
+            full = U @ u.reshape(U.shape[1], V.shape[1]) @ V.T + res
             p.mul_(1 - c["lr"] * c["wd"]).sub_((c["lr"] * full).to(p.dtype))
             st["t"] = t + 1
 

@@ -32,7 +32,8 @@ def _optimizer(model, projector):
     # (batch 16, 8 classes) with a gap: a degenerate spectrum would turn rounding-level
     # differences between the two reductions into different subspaces.
     return SubspaceNGD(model.parameters(), lr=0.05, rank=RANK[projector], history=3,
-                       refresh_every=2, projector=projector, tucker_method="svd", min_numel=64)
+                       refresh_every=2, projector=projector, tucker_method="svd", min_numel=64,
+                       residual=False)   # the projected all-reduce: residual off
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str) -> None:

@@ -107,7 +107,7 @@ def test_random_subspaces_are_keyed_by_name_and_survive_a_frozen_parameter_on_re
         model(x).square().mean().backward()
         opt.step()
     saved = opt.state_dict()
-    before = {n: opt.subspace_of(p) for n, p in model.named_parameters() if n in ("b.weight", "c.weight")}
+    before = {n: opt.factors_of(p) for n, p in model.named_parameters() if n in ("b.weight", "c.weight")}
 
     resumed = Three()
     resumed.load_state_dict(model.state_dict())
@@ -116,7 +116,7 @@ def test_random_subspaces_are_keyed_by_name_and_survive_a_frozen_parameter_on_re
     opt2.load_state_dict(saved)
     for name in ("b.weight", "c.weight"):
         p_old, p_new = model.get_parameter(name), resumed.get_parameter(name)
-        for f_old, f_new in zip(before[name], opt2.subspace_of(p_new)):
+        for f_old, f_new in zip(before[name], opt2.factors_of(p_new)):
             assert torch.equal(f_old, f_new), name
         for key in ("history", "momentum"):
             assert torch.equal(opt.state[p_old][key], opt2.state[p_new][key]), (name, key)

@@ -48,6 +48,8 @@ def _fit(strategy, optimizer, steps=25):
 
 
 SNGD = partial(factory.sngd, lr=0.03, rank=4, history=4, refresh_every=5, min_numel=64)
+# The projected all-reduce needs residual=False: the residual is the gradient outside the subspace.
+SNGD_PROJECTED = partial(SNGD, residual=False)
 
 
 def test_strategies_are_registered():
@@ -65,17 +67,25 @@ def test_sngd_ddp_strategy_registers_hook_on_cpu():
     """One gloo process: Lightning would skip comm hooks on CPU; ours must reduce k numbers
     per projected matrix and the full size of the rest, every step."""
     steps = 6
-    task, trainer = _fit("sngd_ddp", SNGD, steps=steps)
+    task, trainer = _fit("sngd_ddp", SNGD_PROJECTED, steps=steps)
     state = trainer.strategy.comm_state
     opt = trainer.strategy.optimizers[0]
     projected = [p for g in opt.param_groups for p in g["params"] if opt.is_projected(p, g)]
     k = sum(min(4, p.shape[0]) * min(4, p.shape[1]) for p in projected)
     rest = sum(p.numel() for p in task.parameters()) - sum(p.numel() for p in projected)
-    assert len(projected) == 4                        # 32x16, two 32x32 (one bucket), 2x32
-    assert sorted(len(m) for m in opt.layout["buckets"].values()) == [1, 1, 2]
+    assert len(projected) == 4                        # 32x16 and two 32x32 (ranks 4x4: one bucket), 2x32
+    assert sorted(len(m) for m in opt.layout["buckets"].values()) == [1, 3]
     assert state.traffic == steps * (k + rest)
     assert state.full_size == steps * sum(p.numel() for p in task.parameters())
     assert task.losses[-1] < task.losses[0]
+
+
+def test_sngd_ddp_reduces_full_gradients_when_the_residual_is_on():
+    """residual=True uses the gradient outside the subspace: the hook must not drop it."""
+    steps = 3
+    task, trainer = _fit("sngd_ddp", SNGD, steps=steps)
+    state = trainer.strategy.comm_state
+    assert state.traffic == state.full_size == steps * sum(p.numel() for p in task.parameters())
 
 
 def test_sngd_strategy_rejects_other_optimizers():
