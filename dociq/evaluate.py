@@ -11,6 +11,9 @@ training, which no training page shares) is prompted, one round, three ways:
 - `box_region`: the box of one annotated region (up to `max_questions` per page, drawn with a fixed
   seed), target that region's mask — SAM's box prompt, one object per box. (`box` uses the
   question targets, and a plural layout question's target is several regions inside one box.)
+- `point_region`: one positive click inside each of the same regions, nothing else, target that
+  region's mask — SAM's click prompt (the model's three candidate masks; the one its IoU head
+  ranks first is scored).
 mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
 printed table; counts per kind are reported next to it.
 
@@ -50,7 +53,8 @@ from dociq.tasks.segment_metrics import SegmentationMetrics
 from dociq.track import track
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
-               "question_no_ocr": (("question",), False), "box_region": (("box",), True)}
+               "question_no_ocr": (("question",), False), "box_region": (("box",), True),
+               "point_region": (("point",), True)}
 VAL_SEED = 1000003
 
 
@@ -79,7 +83,7 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
     data = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
-    metrics = {name: SegmentationMetrics(kinds=("region",) if name == "box_region" else QUESTION_KINDS)
+    metrics = {name: SegmentationMetrics(kinds=("region",) if name.endswith("_region") else QUESTION_KINDS)
                for name in prompt_sets}
     use_ocr = task.use_ocr
     try:
@@ -87,11 +91,11 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
             batch = collate(page_list)
             region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
-                if "box_region" in prompt_sets else None
+                if any(name.endswith("_region") for name in prompt_sets) else None
             for name in prompt_sets:
                 prompt_kinds, with_ocr = PROMPT_SETS[name]
                 task.use_ocr = use_ocr and with_ocr
-                b = region_batch if name == "box_region" else batch
+                b = region_batch if name.endswith("_region") else batch
                 kinds = [k for page in b["prompt_kind"] for k in page]
                 out = task.run_rounds(b, 1, kinds=prompt_kinds)
                 valid = out["valid"]

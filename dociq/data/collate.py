@@ -83,6 +83,20 @@ def sample_points(mask: torch.Tensor, count: int, generator: torch.Generator) ->
     return torch.stack([xs[pick].float() + 0.5, ys[pick].float() + 0.5], dim=-1)
 
 
+def one_region_mask(page: Page, question, generator: torch.Generator) -> np.ndarray:
+    """bool [H, W]: one region of the question's answer, drawn at random (SAM's single-object
+    target for a click). The region's mask within the question's mask; the question's whole mask
+    when it names no region or the region lies outside it."""
+    ids = [i for i in question.region_ids if 0 <= i < len(page.regions)]
+    if not ids:
+        return question.mask
+    region = page.regions[ids[int(torch.randint(len(ids), (1,), generator=generator))]]
+    if region.mask.shape != question.mask.shape:
+        return question.mask
+    own = region.mask & question.mask
+    return own if own.any() else question.mask
+
+
 def mask_box(mask: torch.Tensor) -> torch.Tensor:
     """Tight x0, y0, x1, y1 box of a mask [H, W] in pixels (zeros for an empty mask)."""
     ys, xs = torch.nonzero(mask > 0.5, as_tuple=True)
@@ -223,6 +237,7 @@ class DocumentCollator:
         prompt_ids = torch.zeros(b, q_max, length, dtype=torch.long)
         valid = torch.zeros(b, q_max, dtype=torch.bool)
         masks = torch.zeros(b, q_max, size, size)
+        region_masks = torch.zeros(b, q_max, size, size)
         points = torch.full((b, q_max, self.points_per_prompt, 2), -1.0)
         point_labels = torch.full((b, q_max, self.points_per_prompt), -1, dtype=torch.long)
         boxes = torch.zeros(b, q_max, 4)
@@ -235,12 +250,17 @@ class DocumentCollator:
             prompt_ids[i, :n] = self.question_tokenizer([q.text for q in qs])
             valid[i, :n] = True
             masks[i, :n] = _masks_to_input_frame(np.stack([q.mask for q in qs]), size, scale)
+            # The click lies on one region of the answer: with the question its target is the
+            # answer, alone (a click-only prompt) it is that region (dociq/tasks/segment.py).
+            region_masks[i, :n] = _masks_to_input_frame(
+                np.stack([one_region_mask(page, q, g) for q in qs]), size, scale)
             for j in range(n):
-                points[i, j] = sample_points(masks[i, j], self.points_per_prompt, g)
+                clickable = region_masks[i, j] if region_masks[i, j].any() else masks[i, j]
+                points[i, j] = sample_points(clickable, self.points_per_prompt, g)
                 point_labels[i, j] = 1
                 boxes[i, j] = mask_box(masks[i, j])
         batch.update(prompt_ids=prompt_ids, prompt_valid=valid, prompt_kind=kinds, masks=masks,
-                     points=points, point_labels=point_labels, boxes=boxes,
+                     region_masks=region_masks, points=points, point_labels=point_labels, boxes=boxes,
                      prompt_text=[[q.text for q in qs] for qs in chosen])
 
     def _add_lexical_match(self, batch: dict, pages: list[Page]) -> None:

@@ -18,6 +18,8 @@ Training step (SAM's recipe, docs/finetune.md):
   the word-relevance BCE of the grounding once per step.
 - a prompt that is one click and nothing else is ambiguous: it gets the 3 multimask outputs (the
   lowest-loss one is trained); every other prompt gets the single-mask output (SAM 2's rule).
+  Its target is the clicked region (the collator's `region_masks`: one region of the answer, the
+  click drawn inside it), not the question's whole answer, which a click cannot name.
 Validation runs each prompt set of `val_prompts` (default: question only, then box only), one
 round: `val/miou`, `val/dice`, `val/miou_<kind>` for the first, `val/<set>_miou...` for the others.
 """
@@ -256,13 +258,18 @@ class SegmentTask(DociqTask):
         self._check_batch(batch)
         if not self.use_ocr:
             batch = remove_ocr_words(batch)
+        valid = batch["prompt_valid"].reshape(-1)
+        question_ids, points, ambiguous = self.sample_prompts(batch, kinds)
         targets = batch["masks"].flatten(0, 1)                               # [N, H, W]
+        if "region_masks" in batch:
+            # A click alone points at one region, not at the question's whole answer (which may be
+            # many regions: "all paragraphs"): its target is the clicked region (SAM).
+            regions = batch["region_masks"].flatten(0, 1)
+            targets = torch.where(ambiguous[:, None, None], regions, targets)
         # The loss compares at the input size (SAM) or, cheaper, at `loss_size` (area-averaged
         # soft targets); clicks and metrics always use the input-size targets.
         loss_targets = targets if self.loss_size is None else F.interpolate(
             targets[:, None], size=(self.loss_size, self.loss_size), mode="area")[:, 0]
-        valid = batch["prompt_valid"].reshape(-1)
-        question_ids, points, ambiguous = self.sample_prompts(batch, kinds)
         page = self.model.embed_page(batch)
         embedding, high_res = page.image, page.high_res
         question_tokens = self.model.encode_questions(question_ids) if question_ids is not None else None

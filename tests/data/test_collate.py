@@ -85,6 +85,36 @@ def test_question_masks_points_and_boxes_follow_the_target():
     assert batch["prompt_valid"].tolist() == [[True]]
 
 
+def test_a_click_lands_on_one_region_of_a_plural_answer():
+    """'all paragraphs' is two regions: `region_masks` is one of them (within the answer), and the
+    click lies on it — a click alone can name one region, not the whole answer."""
+    from dociq.data.schema import Region
+    page = make_page()
+    h, w = page.image.shape[:2]
+    left, right = np.zeros((h, w), bool), np.zeros((h, w), bool)
+    left[100:140, 5:45], right[100:140, 55:95] = True, True
+    page.regions = [Region("paragraph", np.array([5, 100, 45, 140.]), left),
+                    Region("paragraph", np.array([55, 100, 95, 140.]), right)]
+    page.questions = [Question("all paragraphs", "layout", left | right, region_ids=[0, 1])]
+    collate = DocumentCollator(image_size=200, questions=True, points_per_prompt=2,
+                               question_tokenizer=QuestionTokenizer(32), seed=0)
+    seen = set()
+    for seed in range(12):
+        batch = collate([page], batch_seed=seed)
+        union, region = batch["masks"][0, 0], batch["region_masks"][0, 0]
+        assert (region <= union).all() and 0 < region.sum() < union.sum()
+        for x, y in batch["points"][0, 0].tolist():
+            assert region[int(y), int(x)] == 1
+        seen.add("left" if region[120, 20] == 1 else "right")
+    assert seen == {"left", "right"}                      # either region can be drawn
+
+
+def test_a_question_without_regions_clicks_its_own_mask():
+    batch = DocumentCollator(image_size=256, questions=True, question_tokenizer=QuestionTokenizer(32),
+                             seed=0)([make_page()])
+    assert torch.equal(batch["region_masks"], batch["masks"])
+
+
 def test_pages_with_fewer_questions_are_padded_and_marked_invalid():
     p1, p2 = make_page(), make_page()
     p1.questions = p1.questions * 3

@@ -73,6 +73,21 @@ def test_every_prompt_combination_trains(batch, task, kinds):
     assert task.model.prompt_encoder.question_encoder.no_question_embed.weight.grad is not None
 
 
+@pytest.mark.parametrize("kinds", COMBINATIONS, ids="+".join)
+def test_a_lone_click_is_scored_against_its_region_every_other_prompt_against_the_answer(batch, task, kinds):
+    with torch.no_grad():
+        out = task.run_rounds(batch, 1, kinds=kinds)
+    expected = batch["region_masks"] if kinds == ("point",) else batch["masks"]
+    assert torch.equal(out["targets"], expected.flatten(0, 1))
+
+
+def test_the_synthetic_batch_has_plural_answers_whose_click_target_is_smaller(batch):
+    valid = batch["prompt_valid"]
+    union, region = batch["masks"][valid], batch["region_masks"][valid]
+    assert (region <= union).all()
+    assert (region.sum((1, 2)) < union.sum((1, 2))).any()   # some answer has several regions
+
+
 def test_training_prompts_mix_kinds_and_never_leave_a_prompt_empty(batch, task):
     torch.manual_seed(1)
     big = {k: (v.repeat(8, *[1] * (v.dim() - 1)) if torch.is_tensor(v) else v) for k, v in batch.items()}
@@ -283,7 +298,7 @@ def test_stage_config_monitors_val_miou():
     assert cfg.data.questions is True and cfg.task.rounds >= 1
     # focal 1 : dice 1 (SAM's 20 : 1 learns "background everywhere" at CPU budgets) + word BCE
     assert math.isclose(cfg.task.loss.focal / cfg.task.loss.dice, 1.0) and cfg.task.loss.word > 0
-    assert list(cfg.task.val_prompts) == ["question", "box"]
+    assert list(cfg.task.val_prompts) == ["question", "box", "point"]
 
 
 def test_init_from_an_encoder_stage_checkpoint_fails_naming_the_right_option(tmp_path, source_model):
