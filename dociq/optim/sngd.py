@@ -12,6 +12,8 @@ For every projected parameter W (n1 x ... x nd, d >= 2) and step t:
      (plain g / lam) and `fallback_steps` counts it (on the device; a warning names the count).
   6. m = beta m + F^-1 g_low (momentum kept in the subspace); grafted update (below);
      W <- W (1 - lr wd) - lr * (u x1 U1 .. xd Ud), one in-place addmm per matrix.
+  7. residual=True (default): also W -= lr c R, R = g - (g_low x1 U1 .. xd Ud) the gradient
+     outside the subspace (Fira's idea), one in-place addcmul over g per matrix.
 
 `preconditioner` picks step 4 (for ablations): "ngd" (above), "none" (g_low itself: NGD off,
 i.e. damping -> inf), "adam" (Adam's second moment in the same subspace, state +k floats),
@@ -27,6 +29,11 @@ Grafting rule: NGD chooses the direction, the length is fixed per matrix so that
 RMS per weight is `scale` (x lr): ||u|| = scale * sqrt(n1...nd). Adam's normalised step
 m/sqrt(v) has an RMS per weight of order 1, so `lr` transfers between `optim=adamw` and
 `optim=sngd` (checked in docs/optim.md), and a badly estimated Fisher cannot blow the step up.
+With the residual the whole update keeps that RMS: it is the gradient normalised to it, whose
+in-subspace part is replaced by the momentum direction of the same norm,
+  update = (target / ||g||) (||g_low|| (m / ||m||) x U + R),  target = scale sqrt(n1...nd),
+the residual's norm growing by at most `residual_growth` per step (Fira's limiter; state: one
+scalar per matrix). The DDP hook then needs full gradients (`subspace_of` returns None).
 
 Refresh: each projector is renewed every `refresh_every` optimizer steps, parameter p at steps
 where (t + offset_p) % refresh_every == 0, offset_p a hash of p's name (so refreshes are spread
@@ -34,17 +41,20 @@ over the period and do not move when other parameters are added or frozen). `tuc
 its first HOSVD at step 0. `refresh_policy="carry"` re-expresses history and momentum in the
 new subspace with U_old^T U_new (per mode); "reset" zeros them.
 
-Layout: same-shaped parameters of a param group form buckets of at most `max_bucket_bytes`
-(fp32 bytes of their weights); a bucket's history / momentum live in one [B, k, s] / [B, k]
-tensor whose rows are the parameters' state tensors (views), and its factors are cached
-between refreshes and generated on the parameter's device. Gradients are projected per
-parameter (no stacked copy of a bucket's gradients except at a tucker refresh).
+Layout: the parameters of a param group whose subspaces have the same ranks (whatever their
+shapes) form buckets of at most `max_bucket_bytes` (fp32 bytes of their weights); a bucket's
+history / momentum live in one [B, k, s] / [B, k] tensor whose rows are the parameters' state
+tensors (views), so its solves, momentum and graft are batched ops. Factors are cached per
+parameter between refreshes and generated on its device. Gradients are projected and weights
+updated one matrix at a time (no stacked copy of gradients or weights).
 
-Host syncs: one per step — the non-finite check (which must reach the host to skip the step
-and stop a diverged run after `max_skips_in_row`) reads the fallback counter in the same copy.
+Host syncs: one per step — the non-finite check on the gradients' norms (which must reach the
+host to skip the step and stop a diverged run after `max_skips_in_row`) reads the fallback
+counter in the same copy.
 
 State (per parameter, plain tensors and ints; `torch.load(weights_only=True)` works):
-projected: step (int), history [k, s], momentum [k] (+ exp_avg_sq [k] for "adam"), and for
+projected: step (int), history [k, s], momentum [k] (+ residual_norm [] with the residual,
++ exp_avg_sq [k] for "adam"), and for
 `projector="tucker"` the factors factor0..factor{d-1} [n_i, r_i]. `random` factors are a pure
 function of (seed, name, refresh count) and never stored. Fallback parameters: AdamW's state
 (torch's fused kernel where the device has one) or the factored second moment.
