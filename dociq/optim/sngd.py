@@ -130,6 +130,7 @@ class SubspaceNGD(Optimizer):
         self._layout: Optional[dict] = None
         self._cache: dict = {}        # per (bucket, member set): the batched state buffers
         self._factors: dict = {}      # per parameter: the factors in force (between refreshes)
+        self._replaced: dict = {}     # factors replaced at this step's refreshes (for the carry)
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -225,9 +226,11 @@ class SubspaceNGD(Optimizer):
     def _factors_in_force(self, group: dict, ps: list, t: int) -> tuple[list, list[int]]:
         """Per member: the factors (fp32, one tensor per mode) that step t projects with, and
         the members due a refresh at t. random: a function of the refresh count, cached per
-        parameter between refreshes and regenerated only when the count moves. tucker: the
+        parameter between refreshes and regenerated only when the count moves (the replaced
+        factors of a member due now are kept in `self._replaced` for the carry). tucker: the
         stored HOSVD factors; a member without any (step 0, or a new parameter) is due now."""
         cache, due, factors = self._factors, [], []
+        self._replaced = {}
         stale, stale_counts = [], []
         for i, p in enumerate(ps):
             count, now = self._refresh_count(group, p, t)
@@ -235,6 +238,8 @@ class SubspaceNGD(Optimizer):
                 if now and t > 0:
                     due.append(i)
                 entry = cache.get(p)
+                if entry is not None and now and entry[0] == count - 1:
+                    self._replaced[p] = entry[1]
                 if entry is None or entry[0] != count:
                     stale.append(i)
                     stale_counts.append(count)
@@ -421,10 +426,16 @@ class SubspaceNGD(Optimizer):
         if due and group["projector"] == "tucker":
             factors = self._refresh_tucker(group, ps, due, factors, hist, mom, t)
         elif due:
-            old = self._random(group, [ps[i] for i in due],
-                               [self._refresh_count(group, ps[i], t)[0] - 1 for i in due])
-            for j, i in enumerate(due):
-                self._carry_or_reset(group, hist, mom, i, old[j], factors[i])
+            # The carry maps from the factors just replaced (cached), or regenerated ones when the
+            # cache does not hold them (after a load_state_dict).
+            missing = [i for i in due if ps[i] not in self._replaced]
+            regenerated = dict(zip(missing, self._random(
+                group, [ps[i] for i in missing],
+                [self._refresh_count(group, ps[i], t)[0] - 1 for i in missing]))) if missing else {}
+            for i in due:
+                old = self._replaced.get(ps[i]) if i not in regenerated else regenerated[i]
+                self._carry_or_reset(group, hist, mom, i, old, factors[i])
+        self._replaced = {}
         low = torch.empty(len(ps), k, device=ps[0].device)
         for i, p in enumerate(ps):
             g = p.grad
