@@ -33,6 +33,8 @@ from dociq.data.lexical import NUM_MATCH_CODES
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.common import resolve_size
 from dociq.models.fusion import MLP, Attention
+from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
+from dociq.models.prompt_encoder import POSITIVE_POINT as POSITIVE_LABEL
 
 GROUNDING_SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True),
@@ -251,3 +253,48 @@ class BoxMaps(nn.Module):
         dense = cov16[:, None, :] * self.dense[None, :, None]
         high_res = cov4[:, None, :] * self.high_res[None, :, None]
         return dense.view(-1, self.dense.shape[0], h, w), high_res.view(-1, self.high_res.shape[0], 4 * h, 4 * w)
+
+
+
+class ClickMaps(nn.Module):
+    """Clicks painted onto the decoder's grids (RITM's click maps), next to SAM's point tokens.
+
+    Like box corners, a click token tells the decoder where it is only through attention, and on
+    a CPU budget the decoder did not learn it (a lone click scored ~5 mIoU after 2000 steps).
+    Each click adds a Gaussian bump (sigma = `sigma` x the input size: 8 px at 256 px) times a
+    learned vector — one for positive, one for negative clicks, the max over clicks of each kind
+    — to the stride-16 dense prompt and the stride-4 upscaled features."""
+
+    def __init__(self, dim: int, high_res_dim: int, sigma: float = 1 / 32) -> None:
+        super().__init__()
+        self.sigma = float(sigma)
+        self.dense = nn.Parameter(torch.zeros(2, dim))          # [positive, negative]
+        self.high_res = nn.Parameter(torch.zeros(2, high_res_dim))
+        nn.init.normal_(self.dense, std=0.02)
+        nn.init.normal_(self.high_res, std=0.02)
+
+    def bumps(self, coords: Tensor, labels: Tensor, input_size: int, h: int, w: int) -> Tensor:
+        """[N, 2, h*w]: per prompt, the max over its positive (row 0) / negative (row 1) clicks
+        of exp(-d^2 / 2 sigma^2), d the distance of each grid cell's centre to the click (px)."""
+        ys = (torch.arange(h, device=coords.device, dtype=coords.dtype) + 0.5) * (input_size / h)
+        xs = (torch.arange(w, device=coords.device, dtype=coords.dtype) + 0.5) * (input_size / w)
+        centres = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).view(1, 1, h * w, 2)
+        # coords are pixel indices; +0.5 moves them to pixel centres, as the cell centres are
+        d2 = ((coords[:, :, None, :] + 0.5) - centres).square().sum(-1)                 # [N, P, h*w]
+        bump = torch.exp(-d2 / (2 * (self.sigma * input_size) ** 2))
+        out = []
+        for label in (POSITIVE_LABEL, NEGATIVE_LABEL):
+            on = (labels == label).to(bump.dtype)[..., None]
+            out.append((bump * on).amax(dim=1))
+        return torch.stack(out, dim=1)
+
+    def forward(self, coords: Tensor, labels: Tensor, input_size: int,
+                grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        """coords float [N, P, 2] pixels of the input frame, labels [N, P] (1 positive, 0 negative,
+        others ignored) -> (dense [N, C, h, w], high_res [N, C/8, 4h, 4w])."""
+        h, w = grid
+        b16 = self.bumps(coords, labels, input_size, h, w)                     # [N, 2, h*w]
+        b4 = self.bumps(coords, labels, input_size, 4 * h, 4 * w)
+        dense = torch.einsum("nkp,kc->ncp", b16, self.dense)
+        high_res = torch.einsum("nkp,kc->ncp", b4, self.high_res)
+        return dense.view(-1, self.dense.shape[1], h, w), high_res.view(-1, self.high_res.shape[1], 4 * h, 4 * w)

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from dociq.models.common import LayerNorm2d
 from dociq.models.dociq import DocumentModel
-from dociq.models.grounding import BoxMaps, Grounding, WordGrounding
-from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
+from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding
+from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
 
@@ -57,9 +57,11 @@ class SegmentationModel(DocumentModel):
 
     def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
                  prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder,
-                 grounding: WordGrounding | None = None, box_maps: BoxMaps | None = None) -> None:
+                 grounding: WordGrounding | None = None, box_maps: BoxMaps | None = None,
+                 click_maps: ClickMaps | None = None) -> None:
         super().__init__(image_encoder, text_encoder, fusion)
         self.box_maps = box_maps
+        self.click_maps = click_maps
         self.neck = neck
         self.prompt_encoder = prompt_encoder
         self.mask_decoder = mask_decoder
@@ -96,8 +98,11 @@ class SegmentationModel(DocumentModel):
                                                 **dict(grounding_cfg or {}))
         box_maps = BoxMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
             if model.get("box_maps", True) else None
+        # Absent from the configs of checkpoints made before click maps existed: off, so they load.
+        click_maps = ClickMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
+            if model.get("click_maps", False) else None
         return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding,
-                   box_maps)
+                   box_maps, click_maps)
 
     def embed_page(self, batch: Mapping[str, Any]) -> "PageEmbedding":
         """Page (+ OCR) -> the decoder's image embedding, the skip maps and the fused OCR tokens:
@@ -162,6 +167,13 @@ class SegmentationModel(DocumentModel):
                                                         tuple(embedding.shape[-2:]))
                 dense = dense + box_dense
                 high_res_prompt = box_high_res if high_res_prompt is None else high_res_prompt + box_high_res
+        if self.click_maps is not None and points is not None:
+            coords, labels = points
+            if bool(((labels == POSITIVE_POINT) | (labels == NEGATIVE_POINT)).any()):
+                click_dense, click_high_res = self.click_maps(coords, labels, self.prompt_encoder.input_image_size[0],
+                                                              tuple(embedding.shape[-2:]))
+                dense = dense + click_dense
+                high_res_prompt = click_high_res if high_res_prompt is None else high_res_prompt + click_high_res
         return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
                                                dense, high_res, high_res_prompt=high_res_prompt)
 

@@ -52,7 +52,7 @@ PROMPT_KINDS = ("question", "box", "point")
 # "background everywhere"), IoU-head MSE, and the word-grounding BCE.
 DEFAULT_LOSS = {"focal": 1.0, "dice": 1.0, "iou": 1.0, "word": 1.0}
 FREEZABLE = ("image_encoder", "text_encoder", "fusion")
-HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps")
+HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps", "click_maps")
 
 
 # ---- the task ----------------------------------------------------------------------------------

@@ -149,6 +149,53 @@ def test_a_box_prompt_reaches_the_decoder_through_the_maps():
     assert not torch.allclose(with_maps, without)
 
 
+def test_click_maps_peak_at_the_click_one_vector_per_polarity():
+    from dociq.models.grounding import ClickMaps
+    from dociq.models.prompt_encoder import BOX_TOP_LEFT, NEGATIVE_POINT, NOT_A_POINT, POSITIVE_POINT
+
+    maps = ClickMaps(dim=8, high_res_dim=2)
+    # prompt 0: a positive click at pixel (200, 40) and a negative one at (20, 220); prompt 1: a box
+    # corner and an unused slot only (no click: zero maps)
+    coords = torch.tensor([[[199.5, 39.5], [19.5, 219.5]], [[10.0, 10.0], [0.0, 0.0]]])
+    labels = torch.tensor([[POSITIVE_POINT, NEGATIVE_POINT], [BOX_TOP_LEFT, NOT_A_POINT]])
+    bumps = maps.bumps(coords, labels, 256, 16, 16).view(2, 2, 16, 16)
+    assert bumps[0, 0].flatten().argmax().item() == 2 * 16 + 12      # row 40 // 16, column 200 // 16
+    assert bumps[0, 1].flatten().argmax().item() == 13 * 16 + 1
+    assert bumps[0, 0, 2, 12] > 0.9 and bumps[0, 0, 13, 1] < 1e-6       # each row sees its own clicks
+    assert bumps[1].abs().sum() == 0
+    dense, high_res = maps(coords, labels, 256, (16, 16))
+    assert dense.shape == (2, 8, 16, 16) and high_res.shape == (2, 2, 64, 64)
+    torch.testing.assert_close(dense[0][:, 2, 12], bumps[0, 0, 2, 12] * maps.dense[0] + bumps[0, 1, 2, 12] * maps.dense[1])
+    assert dense[1].abs().sum() == 0
+
+
+def test_a_click_reaches_the_decoder_through_the_click_maps():
+    from dociq.models.prompt_encoder import POSITIVE_POINT
+    from dociq.models.segmenter import SegmentationModel
+
+    torch.manual_seed(0)
+    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                                           "fusion": {"depth": 1}, "click_maps": True}).eval()
+    emb = torch.randn(1, 64, 8, 8)
+    high = [torch.randn(1, model.image_encoder.stage_dims[0], 32, 32),
+            torch.randn(1, model.image_encoder.stage_dims[1], 16, 16)]
+    points = (torch.tensor([[[60.0, 40.0]]]), torch.tensor([[POSITIVE_POINT]]))
+    with torch.no_grad():
+        with_maps, _ = model.decode(emb, high, None, points, None)
+        model.click_maps.high_res.zero_()
+        model.click_maps.dense.zero_()
+        without, _ = model.decode(emb, high, None, points, None)
+    assert not torch.allclose(with_maps, without)
+
+
+def test_a_config_without_click_maps_builds_none_so_older_checkpoints_load():
+    from dociq.models.segmenter import SegmentationModel
+
+    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                                           "fusion": {"depth": 1}})
+    assert model.click_maps is None and not any(k.startswith("click_maps.") for k in model.state_dict())
+
+
 def test_row_and_column_overlap():
     from dociq.models.grounding import row_column_overlap
 

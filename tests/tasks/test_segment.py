@@ -16,7 +16,7 @@ from dociq.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 
 MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
          "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
-         "mask_decoder": {}}
+         "mask_decoder": {}, "click_maps": True}
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +215,8 @@ def test_init_from_checkpoint_loads_weights_and_reports_keys(tmp_path, capsys, s
     report = task.init_report["model"]
     assert report["unexpected"] == ["mlm_head.bias"]
     assert report["missing"] == []
-    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps"}
+    assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps",
+                                                       "click_maps"}
     assert "1 unexpected" in capsys.readouterr().out
 
     # a finetune checkpoint restores everything, heads included
