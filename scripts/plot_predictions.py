@@ -2,6 +2,7 @@
 
     python scripts/plot_predictions.py CKPT [--pages 2] [--questions 3]   # -> <run>/predictions.png
     python scripts/plot_predictions.py CKPT --out docs/img/predictions.png  # the docs figure: explicit
+    python scripts/plot_predictions.py CKPT --clicks                        # one click per region instead
 
 Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
 <run>/checkpoints/*.ckpt), else to ./predictions.png; never into docs/ by default.
@@ -9,6 +10,8 @@ Without --out the figure goes next to the checkpoint's run (<run>/predictions.pn
 Each row is one question: the page with the target region (green outline) and the predicted mask
 (red tint), titled with the question, its kind, the IoU and the predicted IoU. Pages come from
 the validation seed of configs/data/synthetic.yaml, so they were never trained on.
+With --clicks each row is one annotated region instead, prompted by a single positive click at a
+random pixel of it (the yellow cross), target that region (SAM's click prompt).
 """
 from __future__ import annotations
 
@@ -42,6 +45,35 @@ def collect(predictor, pages: int, questions: int, seed: int, image_size: int) -
     return rows
 
 
+def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: int) -> list[dict]:
+    """One row per region: a single click at a random pixel of it, target that region."""
+    import numpy as np
+
+    from dociq.data.schema import Question
+    from dociq.data.synthetic import SyntheticDocuments
+
+    docs = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(pages):
+        page = docs[i]
+        regions = [r for r in page.regions if r.mask.any()]
+        picked = rng.choice(len(regions), size=min(per_page, len(regions)), replace=False)
+        predictor.set_image(page.image, words=page.words, word_boxes=page.word_boxes)
+        for j in picked:
+            region = regions[j]
+            ys, xs = np.nonzero(region.mask)
+            k = rng.integers(len(ys))
+            click = [float(xs[k]), float(ys[k])]
+            masks, scores = predictor.predict(points=[click], point_labels=[1])
+            m = masks[0]
+            inter, union = (m & region.mask).sum(), (m | region.mask).sum()
+            rows.append({"image": page.image, "question": Question(f"click on a {region.label}", "click", region.mask),
+                         "pred": m, "score": float(scores[0]), "iou": float(inter / union) if union else 1.0,
+                         "click": click})
+    return rows
+
+
 def plot(rows: list[dict], out: Path, columns: int = 3) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -59,6 +91,8 @@ def plot(rows: list[dict], out: Path, columns: int = 3) -> None:
         q = row["question"]
         ax.imshow(overlay(row["image"], row["pred"][None], alpha=0.5))
         ax.contour(q.mask.astype(float), levels=[0.5], colors="limegreen", linewidths=1.2)
+        if "click" in row:
+            ax.plot(*row["click"], marker="x", color="yellow", markersize=9, markeredgewidth=2.5)
         text = q.text if len(q.text) <= 48 else q.text[:45] + "..."
         ax.set_title(f"[{q.kind}] {text}\nIoU {row['iou']:.2f}  (predicted {row['score']:.2f})", fontsize=8)
     fig.suptitle("red: predicted mask, green: target (held-out synthetic pages)", fontsize=10)
@@ -82,12 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pages", type=int, default=2)
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
+    p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
     args = p.parse_args(argv)
     args.out = args.out or default_out(args.checkpoint)
     from dociq.predict import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
-    rows = collect(predictor, args.pages, args.questions, args.seed, predictor.image_size)
+    gather = collect_clicks if args.clicks else collect
+    rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size)
     plot(rows, args.out)
     print(f"wrote {args.out}: " + ", ".join(f"{r['question'].kind} IoU {r['iou']:.2f}" for r in rows))
 

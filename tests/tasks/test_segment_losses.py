@@ -57,7 +57,7 @@ def test_only_the_lowest_loss_candidate_gets_gradient():
     sign = 2 * target[0, 0] - 1
     logits = torch.stack([torch.zeros(8, 8), -50 * sign, 2 * sign])[None].requires_grad_(True)  # [1, 3, 8, 8]
     iou_pred = torch.tensor([[0.3, 0.2, 0.6]], requires_grad=True)
-    out = segmentation_loss(logits, iou_pred, target[:, 0])
+    out = segmentation_loss(logits, iou_pred, target[:, 0], supervise_all_iou=False)   # SAM 1
 
     # Candidate 2 (p = sigmoid(2) on the right side of every pixel) has the lowest 20*focal + dice.
     p = 1 / (1 + math.exp(-2))
@@ -73,6 +73,21 @@ def test_only_the_lowest_loss_candidate_gets_gradient():
     out.loss.backward()
     assert logits.grad[0, :2].abs().max() == 0 and logits.grad[0, 2].abs().max() > 0
     torch.testing.assert_close(iou_pred.grad, torch.tensor([[0.0, 0.0, 2 * (0.6 - 1.0)]]))
+
+
+def test_the_iou_head_learns_every_candidates_iou_by_default():
+    """SAM 2's supervise_all_iou: the masks train on the best candidate, the IoU head on all three
+    (actual IoUs here: 0 for the empty and the inverted mask, 1 for the right one)."""
+    target = _left_half()
+    sign = 2 * target[0, 0] - 1
+    logits = torch.stack([torch.zeros(8, 8), -50 * sign, 2 * sign])[None].requires_grad_(True)
+    iou_pred = torch.tensor([[0.3, 0.2, 0.6]], requires_grad=True)
+    out = segmentation_loss(logits, iou_pred, target[:, 0])
+    assert out.best_index.tolist() == [2]
+    assert out.iou_mse.item() == pytest.approx((0.3 ** 2 + 0.2 ** 2 + 0.4 ** 2) / 3, rel=1e-5)
+    out.loss.backward()
+    torch.testing.assert_close(iou_pred.grad, torch.tensor([[0.6, 0.4, -0.8]]) / 3)
+    assert logits.grad[0, :2].abs().max() == 0          # the masks still train on the best only
 
 
 def test_low_resolution_logits_are_upsampled_to_the_target():
