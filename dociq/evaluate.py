@@ -14,6 +14,9 @@ training, which no training page shares) is prompted, one round, three ways:
 - `point_region`: one positive click inside each of the same regions, nothing else, target that
   region's mask — SAM's click prompt (the model's three candidate masks; the one its IoU head
   ranks first is scored).
+The `_region` sets report their regions by size, as COCO does: `small` (< 1 % of the page),
+`medium` (1-5 %), `large` (>= 5 %) — on synthetic pages most small regions are table cells and
+form fields, the large ones paragraphs, tables and figures.
 mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
 printed table; counts per kind are reported next to it.
 
@@ -56,6 +59,8 @@ PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "question_no_ocr": (("question",), False), "box_region": (("box",), True),
                "point_region": (("point",), True)}
 VAL_SEED = 1000003
+# Region size classes of the *_region prompt sets: (name, upper bound of the page fraction).
+REGION_SIZES = (("small", 0.01), ("medium", 0.05), ("large", float("inf")))
 
 
 def load_task(path: str | Path) -> SegmentTask:
@@ -83,7 +88,8 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
     data = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
-    metrics = {name: SegmentationMetrics(kinds=("region",) if name.endswith("_region") else QUESTION_KINDS)
+    sizes = tuple(name for name, _ in REGION_SIZES)
+    metrics = {name: SegmentationMetrics(kinds=sizes if name.endswith("_region") else QUESTION_KINDS)
                for name in prompt_sets}
     use_ocr = task.use_ocr
     try:
@@ -110,17 +116,24 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
     return results
 
 
+def region_size(mask) -> str:
+    """small / medium / large: the region's share of the page (REGION_SIZES)."""
+    share = float(mask.mean())
+    return next(name for name, bound in REGION_SIZES if share < bound)
+
+
 def regions_as_prompts(page: Page, count: int, seed: int) -> Page:
-    """The page with up to `count` of its regions (fixed draw per page) as its prompts, kind
-    "region": for box prompts, one object per box."""
+    """The page with up to `count` of its regions (fixed draw per page) as its prompts, one object
+    per prompt; the prompt's kind is the region's size class (`region_size`)."""
     regions = [r for r in page.regions if r.mask.any()]
     rng = random.Random(f"{seed}:{page.meta.get('page_id', '')}")
     chosen = rng.sample(regions, k=min(count, len(regions)))
-    return dataclasses.replace(page, questions=[Question(text=r.label, kind="region", mask=r.mask) for r in chosen])
+    return dataclasses.replace(page, questions=[Question(text=r.label, kind=region_size(r.mask), mask=r.mask)
+                                                for r in chosen])
 
 
 def format_table(results: dict[str, dict]) -> str:
-    kinds = ["layout", "reading", "cell", "link", "region"]
+    kinds = ["layout", "reading", "cell", "link"] + [name for name, _ in REGION_SIZES]
     lines = ["| checkpoint | prompt | mIoU | " + " | ".join(f"mIoU {k}" for k in kinds) + " |",
              "|---|---|---|" + "---|" * len(kinds)]
     for ckpt, sets in results.items():

@@ -121,3 +121,17 @@ def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_
     bare.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="no page could be read.*no 'words'.*--ocr tesseract"):
         evaluate_coco(Predictor.from_checkpoint(checkpoint), bare, image_dir=coco_set.parent / "images")
+
+
+def test_region_prompts_are_reported_by_size():
+    import numpy as np
+
+    from dociq.evaluate import region_size
+
+    mask = np.zeros((100, 100), dtype=bool)
+    mask[:5, :10] = True                      # 0.5 % of the page
+    assert region_size(mask) == "small"
+    mask[:20, :20] = True                     # 4 %
+    assert region_size(mask) == "medium"
+    mask[:50, :50] = True                     # 25 %
+    assert region_size(mask) == "large"
