@@ -5,7 +5,8 @@ against training steps and against wall-clock minutes (one line style per run, e
     python scripts/plot_learning_curves.py RUN --label "seed 0" RUN2 --label "seed 1"   (labels in order)
 
 Panels: question mIoU (overall and per kind: layout, reading, cell, link) by step, the same by
-wall-clock (`val/wall_min`, logged by SegmentTask), and box-prompt mIoU (`val/box_miou`) by step.
+wall-clock (`val/wall_min`, logged by SegmentTask), box-prompt mIoU (`val/box_miou`) by step, and
+single-click mIoU (`val/point_miou`) by step when the runs logged it.
 Prints the last validation row of each run.
 """
 from __future__ import annotations
@@ -40,7 +41,8 @@ def wall_minutes(series: dict, steps: list[int]) -> list[float] | None:
 
 
 def plot(runs: list[tuple[str, dict]], out: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    clicks = any("val/point_miou" in series for _, series in runs)
+    fig, axes = plt.subplots(1, 4 if clicks else 3, figsize=(20 if clicks else 15, 4.2))
     for (label, series), style in zip(runs, STYLES * 4):
         question = curves(series)
         if not question:
@@ -54,12 +56,13 @@ def plot(runs: list[tuple[str, dict]], out: Path) -> None:
             minutes = wall_minutes(series, steps)
             if minutes is not None:
                 axes[1].plot(minutes, values, style, color=color, marker="o", ms=3)
-            box = series.get(f"val/box_{key}")
-            if box is not None:
-                axes[2].plot(box[0], [100 * v for v in box[1]], style, color=color, marker="o", ms=3)
+            for panel, name in ((2, "box"), (3, "point")):
+                other = series.get(f"val/{name}_{key}")
+                if other is not None and panel < len(axes):
+                    axes[panel].plot(other[0], [100 * v for v in other[1]], style, color=color, marker="o", ms=3)
     titles = ("question prompts: val mIoU by step", "question prompts: val mIoU by wall-clock",
-              "box prompts: val mIoU by step")
-    for ax, title, xlabel in zip(axes, titles, ("step", "minutes of fine-tuning", "step")):
+              "box prompts: val mIoU by step", "one click (target: a region of the answer): val mIoU by step")
+    for ax, title, xlabel in zip(axes, titles, ("step", "minutes of fine-tuning", "step", "step")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("mIoU (x100)")
