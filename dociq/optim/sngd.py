@@ -130,7 +130,6 @@ class SubspaceNGD(Optimizer):
         self._layout: Optional[dict] = None
         self._cache: dict = {}        # per (bucket, member set): the batched state buffers
         self._factors: dict = {}      # per parameter: the factors in force (between refreshes)
-        self._replaced: dict = {}     # factors replaced at this step's refreshes (for the carry)
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -223,14 +222,13 @@ class SubspaceNGD(Optimizer):
                 out[i] = [f[j] for f in stacks]
         return out
 
-    def _factors_in_force(self, group: dict, ps: list, t: int) -> tuple[list, list[int]]:
-        """Per member: the factors (fp32, one tensor per mode) that step t projects with, and
-        the members due a refresh at t. random: a function of the refresh count, cached per
-        parameter between refreshes and regenerated only when the count moves (the replaced
-        factors of a member due now are kept in `self._replaced` for the carry). tucker: the
-        stored HOSVD factors; a member without any (step 0, or a new parameter) is due now."""
-        cache, due, factors = self._factors, [], []
-        self._replaced = {}
+    def _factors_in_force(self, group: dict, ps: list, t: int) -> tuple[list, list[int], dict]:
+        """Per member: the factors (fp32, one tensor per mode) that step t projects with; the
+        members due a refresh at t; and {member index: the factors its refresh just replaced}
+        (for the carry). random: a function of the refresh count, cached per parameter between
+        refreshes and regenerated only when the count moves. tucker: the stored HOSVD factors;
+        a member without any (step 0, or a new parameter) is due now."""
+        cache, due, factors, replaced = self._factors, [], [], {}
         stale, stale_counts = [], []
         for i, p in enumerate(ps):
             count, now = self._refresh_count(group, p, t)
@@ -239,7 +237,7 @@ class SubspaceNGD(Optimizer):
                     due.append(i)
                 entry = cache.get(p)
                 if entry is not None and now and entry[0] == count - 1:
-                    self._replaced[p] = entry[1]
+                    replaced[i] = entry[1]
                 if entry is None or entry[0] != count:
                     stale.append(i)
                     stale_counts.append(count)
@@ -260,7 +258,7 @@ class SubspaceNGD(Optimizer):
             for i, c, fs in zip(stale, stale_counts, fresh):
                 cache[ps[i]] = (c, fs)
                 factors[i] = fs
-        return factors, due
+        return factors, due, replaced
 
     def factors_of(self, p: torch.Tensor) -> Optional[list[torch.Tensor]]:
         """Factors [n_i, r_i] that the next step() projects p's gradient with, or None when p
@@ -270,7 +268,7 @@ class SubspaceNGD(Optimizer):
             return None
         group = self.param_groups[info["bucket"][0]]
         t = self.state[p].get("step", 0) if p in self.state else 0
-        factors, due = self._factors_in_force(group, [p], t)
+        factors, due, _ = self._factors_in_force(group, [p], t)
         if group["projector"] == "tucker" and due:
             return None
         return factors[0]
@@ -361,8 +359,7 @@ class SubspaceNGD(Optimizer):
 
     def _host_read(self, norms: list) -> bool:
         """The one host sync of a step: any non-finite gradient? (+ the fallback counter)."""
-        total = norms[0].float() if len(norms) == 1 else torch.stack([n.float() for n in norms]).sum()
-        bad = total.isfinite().logical_not()
+        bad = torch.stack([n.float() for n in norms]).sum().isfinite().logical_not()
         if self._fallback_count is None:
             return bool(bad)
         bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
@@ -421,21 +418,20 @@ class SubspaceNGD(Optimizer):
         ranks = bucket[1]
         k, s = math.prod(ranks), group["history"]
         bufs = self._bucket_state(bucket, group, ps, k, s)
-        factors, due = self._factors_in_force(group, ps, t)
+        factors, due, replaced = self._factors_in_force(group, ps, t)
         hist, mom = bufs["history"], bufs["momentum"]
         if due and group["projector"] == "tucker":
             factors = self._refresh_tucker(group, ps, due, factors, hist, mom, t)
         elif due:
             # The carry maps from the factors just replaced (cached), or regenerated ones when the
             # cache does not hold them (after a load_state_dict).
-            missing = [i for i in due if ps[i] not in self._replaced]
-            regenerated = dict(zip(missing, self._random(
-                group, [ps[i] for i in missing],
-                [self._refresh_count(group, ps[i], t)[0] - 1 for i in missing]))) if missing else {}
+            missing = [i for i in due if i not in replaced]
+            if missing:
+                replaced.update(zip(missing, self._random(
+                    group, [ps[i] for i in missing],
+                    [self._refresh_count(group, ps[i], t)[0] - 1 for i in missing])))
             for i in due:
-                old = self._replaced.get(ps[i]) if i not in regenerated else regenerated[i]
-                self._carry_or_reset(group, hist, mom, i, old, factors[i])
-        self._replaced = {}
+                self._carry_or_reset(group, hist, mom, i, replaced[i], factors[i])
         low = torch.empty(len(ps), k, device=ps[0].device)
         for i, p in enumerate(ps):
             g = p.grad
@@ -469,10 +465,9 @@ class SubspaceNGD(Optimizer):
             gain = target / g_norm
             res_norm = gain * (g_norm.square() - low_norm.square()).clamp_min(0).sqrt()
             prev = plan["bufs"]["residual_norm"]
-            limited = torch.minimum(res_norm, group["residual_growth"] * prev)
-            res_gain = gain * torch.where(res_norm > 0, limited / res_norm.clamp_min(1e-30),
-                                          torch.ones_like(res_norm))
-            prev.copy_(limited)
+            cap = group["residual_growth"] * prev
+            res_gain = gain * torch.where(res_norm > cap, cap / res_norm, torch.ones_like(res_norm))
+            prev.copy_(torch.minimum(res_norm, cap))
             coef = gain * low_norm / mom_norm.clamp_min(1e-30)
             update = mom * coef[:, None] - low * res_gain[:, None]
         else:
