@@ -18,10 +18,12 @@ IMAGE_STD = (0.229, 0.224, 0.225)
 # Layout boxes are integers in 0..LAYOUT_SCALE (the LayoutLM convention).
 LAYOUT_SCALE = 1000
 
-# Region classes the synthetic generator draws; real data sets bring their own category names.
+# Region classes the synthetic generator draws, then those the real-document corpus adds
+# (dociq.data.corpus); other real data sets bring their own category names.
 REGION_CLASSES = (
     "title", "section_heading", "paragraph", "list_item", "form_key", "form_value", "table",
     "table_cell", "page_header", "page_footer", "page_number", "figure", "stamp", "signature",
+    "caption", "code",
 )
 
 # Question kinds; metrics are reported per kind.

@@ -33,6 +33,9 @@ LAYOUT_PHRASES = {
     "figure": (["segment the figure", "where is the chart?"], ["all figures", "segment every figure"]),
     "stamp": (["where is the stamp?", "segment the stamp"], ["all stamps"]),
     "signature": (["find the signature", "where is the signature?"], ["all signatures", "find every signature"]),
+    # classes of real documents (the corpus labels them; the generator does not draw them)
+    "caption": (["the caption", "where is the figure caption?"], ["all captions", "every caption"]),
+    "code": (["the code listing", "where is the code?"], ["all code listings", "every code block"]),
 }
 
 _WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{5,}(?![A-Za-z])")

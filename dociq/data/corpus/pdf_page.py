@@ -1,0 +1,175 @@
+"""What a PDF page holds, in the pixels of its rendered image: words with their fonts and marked-content
+ids, text lines, ruling lines and graphics, images, and (when the PDF is tagged) its structure tree.
+
+pdfplumber reads the text layer (fonts and marked-content ids per character, tables, the tag
+tree); pypdfium2 renders the page. Coordinates are pixels of the rendered image: `scale` pixels per
+PDF point, origin top-left of the page's crop box, as `Page.word_boxes` expects.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Fonts whose name says monospace: TeX's typewriter faces and the common system ones.
+_MONO = re.compile(r"mono|courier|typewriter|cmtt|lmtt|sftt|txtt|ectt|tctt|rm-lmtt|inconsolata|consol|"
+                   r"menlo|fixed|\btt\d|code", re.I)
+_BOLD = re.compile(r"bold|black|heavy|semibold|demi|cmbx|\bbx\d|-bd|sfbx", re.I)
+
+
+@dataclass
+class Word:
+    text: str
+    box: tuple[float, float, float, float]  # pixels
+    size: float  # font size in points
+    font: str
+    mcid: int | None  # marked-content id of most of its characters (tagged PDFs)
+
+    @property
+    def mono(self) -> bool:
+        return bool(_MONO.search(self.font))
+
+    @property
+    def bold(self) -> bool:
+        return bool(_BOLD.search(self.font))
+
+
+@dataclass
+class Line:
+    """Words on one baseline within one column, left to right."""
+
+    word_ids: list[int]
+    box: tuple[float, float, float, float]
+    size: float
+
+    @property
+    def height(self) -> float:
+        return self.box[3] - self.box[1]
+
+
+@dataclass
+class PdfPageContent:
+    width: int  # rendered pixels
+    height: int
+    scale: float  # pixels per point
+    words: list[Word]
+    lines: list[Line]
+    rules: list[tuple[float, float, float, float]]  # thin horizontal/vertical strokes (pixels)
+    graphics: list[tuple[float, float, float, float]]  # other vector paths (pixels)
+    graphics_mcid: list[int | None]
+    images: list[tuple[float, float, float, float]]
+    images_mcid: list[int | None]
+    struct: list[dict] = field(default_factory=list)  # pdfplumber's structure tree of the page
+    table_grids: list[dict] = field(default_factory=list)  # pdfplumber tables: box + rows of cell boxes
+    chars: int = 0
+
+    def line_text(self, line: Line) -> str:
+        return " ".join(self.words[i].text for i in line.word_ids)
+
+
+def _readable(text: str) -> bool:
+    return any(not 0xE000 <= ord(ch) <= 0xF8FF and not ch.isspace() for ch in text)
+
+
+def _to_px(obj, ox: float, oy: float, scale: float) -> tuple[float, float, float, float]:
+    return ((obj["x0"] - ox) * scale, (obj["top"] - oy) * scale, (obj["x1"] - ox) * scale,
+            (obj["bottom"] - oy) * scale)
+
+
+def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bool = True,
+              with_struct: bool = True) -> PdfPageContent:
+    """Everything the labellers need from one pdfplumber page, mapped to a `size` (H, W) render."""
+    ox, oy = plumber_page.bbox[0], plumber_page.bbox[1]
+    raw = plumber_page.extract_words(x_tolerance_ratio=0.18, y_tolerance=2, keep_blank_chars=False,
+                                     extra_attrs=["size"], return_chars=True)
+    words = []
+    for w in raw:
+        if not _readable(w["text"]):
+            continue  # pieces of big delimiters and other private-use glyphs are not words
+        chars = w.get("chars") or []
+        mcids = Counter(c.get("mcid") for c in chars)
+        fonts = Counter(c.get("fontname", "") for c in chars)
+        words.append(Word(text=w["text"], box=_to_px(w, ox, oy, scale), size=float(w["size"]),
+                          font=fonts.most_common(1)[0][0] if fonts else "",
+                          mcid=mcids.most_common(1)[0][0] if mcids else None))
+    rules, graphics, graphics_mcid = [], [], []
+    for obj in list(plumber_page.lines) + list(plumber_page.rects) + list(plumber_page.curves):
+        box = _to_px(obj, ox, oy, scale)
+        thin = min(box[2] - box[0], box[3] - box[1]) <= 2.0 * scale
+        if thin and max(box[2] - box[0], box[3] - box[1]) > 4 * scale:
+            rules.append(box)
+        else:
+            graphics.append(box)
+            graphics_mcid.append(obj.get("mcid"))
+    images = [_to_px(im, ox, oy, scale) for im in plumber_page.images]
+    images_mcid = [im.get("mcid") for im in plumber_page.images]
+    content = PdfPageContent(
+        width=int(size[1]), height=int(size[0]), scale=scale, words=words, lines=[], rules=rules,
+        graphics=graphics, graphics_mcid=graphics_mcid, images=images, images_mcid=images_mcid,
+        chars=len(plumber_page.chars))
+    content.lines = group_lines(words)
+    if with_struct:
+        try:
+            content.struct = plumber_page.structure_tree or []
+        except Exception:  # a broken tag tree reads as untagged; the structure labeller takes over
+            content.struct = []
+    if with_tables:
+        content.table_grids = _tables(plumber_page, ox, oy, scale)
+    return content
+
+
+def _tables(plumber_page, ox, oy, scale) -> list[dict]:
+    """Ruled tables (pdfplumber's line strategy): box and rows of cell boxes (None where merged)."""
+    out = []
+    try:
+        tables = plumber_page.find_tables()
+    except Exception:
+        return out
+    for t in tables:
+        rows = []
+        for row in t.rows:
+            rows.append([None if c is None else _to_px(
+                {"x0": c[0], "top": c[1], "x1": c[2], "bottom": c[3]}, ox, oy, scale) for c in row.cells])
+        out.append({"box": _to_px({"x0": t.bbox[0], "top": t.bbox[1], "x1": t.bbox[2], "bottom": t.bbox[3]},
+                                  ox, oy, scale), "rows": rows})
+    return out
+
+
+def group_lines(words: list[Word]) -> list[Line]:
+    """Words into lines: rows of words whose vertical centres agree (fonts of different heights on one
+    baseline included), each row split where a horizontal gap is wider than ~1.5 em (a column gap)."""
+    order = sorted(range(len(words)), key=lambda i: (words[i].box[1] + words[i].box[3]) / 2)
+    rows: list[list[int]] = []
+    row_centre = row_height = 0.0
+    for i in order:
+        b = words[i].box
+        h, centre = max(b[3] - b[1], 1.0), (b[1] + b[3]) / 2
+        if rows and abs(centre - row_centre) <= 0.35 * min(h, row_height) + 0.5:
+            rows[-1].append(i)
+            n = len(rows[-1])
+            row_centre += (centre - row_centre) / n
+            row_height = max(row_height, h)
+        else:
+            rows.append([i])
+            row_centre, row_height = centre, h
+    out = []
+    for row in rows:
+        row.sort(key=lambda i: words[i].box[0])
+        current = [row[0]]
+        for prev, nxt in zip(row, row[1:]):
+            em = max(words[prev].box[3] - words[prev].box[1], words[nxt].box[3] - words[nxt].box[1], 1.0)
+            if words[nxt].box[0] - words[prev].box[2] > 1.5 * em:
+                out.append(_line(words, current))
+                current = []
+            current.append(nxt)
+        out.append(_line(words, current))
+    out.sort(key=lambda line: (line.box[1], line.box[0]))
+    return out
+
+
+def _line(words: list[Word], ids: list[int]) -> Line:
+    boxes = np.array([words[i].box for i in ids])
+    return Line(ids, (float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()),
+                      float(boxes[:, 3].max())), float(np.median([words[i].size for i in ids])))

@@ -1,0 +1,175 @@
+"""The corpus labellers on PDFs written here: an untagged manual (structure rules), bad PDFs
+(reported, never raised), the quality gate and the questions a labelled page gets."""
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dociq.data.corpus.label_document import LabelSettings, choose_pages, label_pdf, page_hash, reading_order
+from dociq.data.corpus.labels_tagged import LabelledRegion
+from dociq.data.corpus.record import record_to_page
+
+from tests.data.corpus.pdfs import manual_pages, write_pdf
+
+
+@pytest.fixture(scope="module")
+def manual(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pdf") / "manual.pdf"
+    path.write_bytes(write_pdf(manual_pages(3)))
+    result = label_pdf(path, "docs/manual.pdf", "docs", "docs/manual.pdf", "train",
+                       LabelSettings(min_words=5, page_size=768), seen_hashes={})
+    return result
+
+
+def _labels(record):
+    return [(r["label"], " ".join(record["words"][j] for j in r["word_ids"])) for r in record["regions"]]
+
+
+def test_untagged_manual_gets_every_class_it_draws(manual):
+    assert manual.status == "ok" and len(manual.pages) == 3 and not manual.dropped
+    records = [rec for _, _, rec in manual.pages]
+    assert all(rec["labeller"] == "structure" for rec in records)
+    first, second, third = (_labels(r) for r in records)
+    assert ("title", "A Guide to Real Pages") in first
+    assert ("section_heading", "1 Section about pages 1") in first
+    assert [t for label, t in first if label == "list_item"] == [
+        f"- Item number {k} of the list explains a point and continues on a hanging indented line" for k in (1, 2, 3)]
+    assert ("code", "def build(src, out): pages = label(src) write(out, pages)") in first
+    assert ("table", "Run Pages Seconds first 120 41 second 480 160") in second
+    assert sorted(t for label, t in second if label == "table_cell") == sorted(
+        ["Run", "Pages", "Seconds", "first", "120", "41", "second", "480", "160"])
+    assert ("caption", "Table 1: Pages labelled per run.") in second
+    assert ("caption", "Figure 1: Pages kept by package.") in second
+    assert any(label == "figure" for label, _ in second)
+    for n, labels in enumerate((first, second, third), start=1):
+        assert ("page_number", str(n)) in labels
+        assert ("page_header", "Corpus Builder Reference Manual") in labels
+        assert Counter(label for label, _ in labels)["paragraph"] >= 1
+
+
+def test_boxes_match_the_words_in_rendered_pixels(manual):
+    _, png, record = manual.pages[1]
+    page = record_to_page(png, record)
+    assert max(page.size) == 768
+    table = next(r for r in page.regions if r.label == "table")
+    x0, y0, x1, y1 = table.box
+    # the ruled grid is 3 x 120 pt wide at 768/792 px per pt
+    assert abs((x1 - x0) - 360 * 768 / 792) < 3
+    for region in page.regions:
+        for j in region.word_ids:
+            wx0, wy0, wx1, wy1 = page.word_boxes[j]
+            assert region.box[0] - 1 <= wx0 and wx1 <= region.box[2] + 1
+            assert region.box[1] - 1 <= wy0 and wy1 <= region.box[3] + 1
+    # the table's ink is inside its box
+    crop = page.image[int(y0) + 2:int(y1) - 2, int(x0) + 2:int(x1) - 2]
+    assert (crop < 128).any()
+
+
+def test_words_are_in_reading_order_and_every_word_is_labelled(manual):
+    _, _, record = manual.pages[0]
+    words = record["words"]
+    assert words[:4] == ["Corpus", "Builder", "Reference", "Manual"]
+    assert words.index("Guide") < words.index("Section") < words.index("Item") < words.index("build(src,")
+    covered = {j for r in record["regions"] for j in r["word_ids"]}
+    assert covered == set(range(len(words)))
+
+
+def test_questions_of_every_kind_the_page_supports(manual):
+    kinds = Counter(q["kind"] for _, _, rec in manual.pages for q in rec["questions"])
+    assert kinds["layout"] >= 3 and kinds["reading"] >= 2
+    cells = [q for _, _, rec in manual.pages for q in rec["questions"] if q["kind"] == "cell"]
+    assert cells, "the ruled table's grid gives cell questions"
+    _, png, record = manual.pages[1]
+    page = record_to_page(png, record)
+    for q in page.questions:
+        assert q.mask.any() and q.mask.shape == page.size
+        if q.text == "what is the seconds of second?":
+            assert page.regions[q.region_ids[0]].text == "160"
+
+
+def test_labelling_is_deterministic(tmp_path, manual):
+    path = tmp_path / "again.pdf"
+    path.write_bytes(write_pdf(manual_pages(3)))
+    again = label_pdf(path, "docs/manual.pdf", "docs", "docs/manual.pdf", "train",
+                      LabelSettings(min_words=5, page_size=768), seen_hashes={})
+    assert [rec for _, _, rec in again.pages] == [rec for _, _, rec in manual.pages]
+    assert [png for _, png, _ in again.pages] == [png for _, png, _ in manual.pages]
+
+
+@pytest.mark.parametrize("name, make, reason", [
+    ("broken", lambda: b"%PDF-1.4\nthis is not a pdf at all", "broken"),
+    ("zero_pages", lambda: write_pdf([]), "zero_pages"),
+])
+def test_unusable_pdfs_are_reported_by_reason(tmp_path, name, make, reason):
+    path = tmp_path / f"{name}.pdf"
+    path.write_bytes(make())
+    result = label_pdf(path, name, "p", name, "train", LabelSettings(), seen_hashes={})
+    assert (result.status, result.reason, result.pages) == ("bad", reason, [])
+
+
+def test_encrypted_pdf_is_reported(tmp_path):
+    pypdf = pytest.importorskip("pypdf")
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(200, 200)
+    writer.encrypt("secret", algorithm="RC4-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    path = tmp_path / "locked.pdf"
+    path.write_bytes(buf.getvalue())
+    result = label_pdf(path, "locked", "p", "locked", "train", LabelSettings(), seen_hashes={})
+    assert (result.status, result.reason) == ("bad", "encrypted")
+
+
+def test_pages_too_large_to_render_are_dropped_not_rendered(tmp_path):
+    path = tmp_path / "huge.pdf"
+    path.write_bytes(write_pdf(manual_pages(1)))
+    result = label_pdf(path, "huge", "p", "huge", "train", LabelSettings(max_page_pixels=10_000), seen_hashes={})
+    assert result.pages == [] and result.dropped == {"too_large": 1}
+
+
+def test_quality_gate_drops_pages_with_few_words_or_low_coverage(tmp_path):
+    path = tmp_path / "sparse.pdf"
+    path.write_bytes(write_pdf([[("text", "regular", 10, 72, 700, "only four words here")]]))
+    result = label_pdf(path, "sparse", "p", "sparse", "train", LabelSettings(), seen_hashes={})
+    assert result.dropped == {"too_few_words": 1}
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(write_pdf(manual_pages(1)))
+    strict = label_pdf(path, "m", "p", "m", "train", LabelSettings(min_words=5, min_coverage=1.01), seen_hashes={})
+    assert strict.dropped == {"low_coverage": 1}
+
+
+def test_near_duplicates_are_dropped_within_a_document(tmp_path):
+    ops = manual_pages(3)[2]
+    renumbered = [op if op[-1] != "3" else op[:-1] + ("4",) for op in ops]
+    path = tmp_path / "dup.pdf"
+    path.write_bytes(write_pdf([ops, renumbered]))
+    result = label_pdf(path, "dup", "p", "dup", "train", LabelSettings(min_words=5), seen_hashes={})
+    assert len(result.pages) == 1 and result.dropped == {"near_duplicate": 1}
+
+
+def test_page_hash_ignores_numbers_but_not_words():
+    image = np.zeros((20, 20, 3), np.uint8)
+    words = ["Chapter", "3", "is", "long"] * 60
+    assert page_hash(words, image) == page_hash([w.replace("3", "4") for w in words], image)
+    assert page_hash(words, image) != page_hash(words[:-1] + ["short"], image)
+
+
+def test_choose_pages_spreads_over_the_document():
+    assert choose_pages(5, 20) == [0, 1, 2, 3, 4]
+    picked = choose_pages(100, 5)
+    assert picked[0] == 0 and picked[-1] == 99 and len(picked) == 5
+
+
+def test_reading_order_reads_columns_top_to_bottom():
+    def region(x0, y0, x1, y1):
+        return LabelledRegion("paragraph", (x0, y0, x1, y1), [])
+
+    regions = [region(0, 0, 100, 10),    # full-width title
+               region(55, 20, 100, 40),  # right column, top
+               region(0, 20, 45, 40),    # left column, top
+               region(0, 45, 45, 60),    # left column, bottom
+               region(55, 45, 100, 60)]  # right column, bottom
+    assert reading_order(regions, 100) == [0, 2, 3, 1, 4]
