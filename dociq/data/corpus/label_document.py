@@ -20,7 +20,7 @@ from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_pag
 
 from .labels_structure import DocumentContext, _area, _inside, document_context, label_from_structure
 from .labels_tagged import LabelledRegion, TableGrid, label_from_tags
-from .pdf_page import Line, PdfPageContent, Word, group_lines, read_page
+from .pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
 from .questions import page_questions
 from .record import RECORD_VERSION, encode_png
 
@@ -116,9 +116,10 @@ def label_pdf(path, doc_id: str, package: str, source: str, split: str, settings
             del err
             return result
         with plumber:
+            tree = document_tree(plumber)
             rendered = []
             for index in page_ids:
-                got = _render_and_read(doc, plumber, index, path, settings, tesseract, result)
+                got = _render_and_read(doc, plumber, tree, index, path, settings, tesseract, result)
                 if got is not None:
                     rendered.append((index, *got))
         ctx = document_context([content for _, _, content, _ in rendered], toc)
@@ -143,7 +144,7 @@ def _toc(doc) -> dict[int, list[str]]:
     return toc
 
 
-def _render_and_read(doc, plumber, index, path, settings, tesseract, result):
+def _render_and_read(doc, plumber, tree, index, path, settings, tesseract, result):
     page = doc[index]
     try:
         w_pt, h_pt = page.get_size()
@@ -163,7 +164,9 @@ def _render_and_read(doc, plumber, index, path, settings, tesseract, result):
             return None
         image = np.asarray(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
         height, width = image.shape[:2]
-        content = read_page(plumber_page, scale, (height, width))
+        # a tagged PDF names its tables; the ruling-line table finder is for untagged ones (and slow)
+        content = read_page(plumber_page, scale, (height, width), struct=tree, image=image,
+                            with_tables=not tree)
         text_layer = "pdf"
         if not content.words and settings.ocr_without_text and tesseract is not None:
             content = _ocr_content(image, scale, tesseract)
@@ -192,11 +195,43 @@ def label_page(content: PdfPageContent, ctx: DocumentContext, page_index: int
         regions, grids = label_from_tags(content)
         if regions:
             tagged = {i for r in regions for i in r.word_ids}
-            untagged = {i for i, w in enumerate(content.words) if w.mcid is None and i not in tagged}
-            extra, _ = label_from_structure(content, ctx, page_index, allowed_words=untagged, furniture_only=True)
-            return regions + extra, grids, "tags"
+            # words outside every block element: artifacts (mcid None) and content the tags leave
+            # in generic containers (NonStruct, Div) without a block type
+            untagged = {i for i in range(len(content.words)) if i not in tagged}
+            furniture, _ = label_from_structure(content, ctx, page_index, allowed_words=untagged,
+                                                furniture_only=True)
+            left = untagged - {i for r in furniture for i in r.word_ids}
+            _attach_strays(content, regions, left)
+            left -= {i for r in regions for i in r.word_ids}
+            # what the tags miss entirely (Chromium leaves some code blocks and definition terms
+            # unmarked) is read by the structure rules, text blocks only
+            rest, _ = label_from_structure(content, ctx, page_index, allowed_words=left, text_only=True)
+            labeller = "tags" if len(left) <= 0.2 * max(1, len(content.words)) else "tags+structure"
+            return regions + furniture + rest, grids, labeller
     regions, grids = label_from_structure(content, ctx, page_index)
     return regions, grids, "structure"
+
+
+def _attach_strays(content: PdfPageContent, regions: list[LabelledRegion], strays: set[int]) -> None:
+    """Words a tagged PDF left unmarked inside running text (Chromium drops the marks of some wrapped
+    lines) join the text region they sit in or against: within half a line above or below it, or
+    on one of its lines within an em of its edge."""
+    text_regions = [r for r in regions if r.label not in _CONTAINERS and r.word_ids]
+    for i in sorted(strays):
+        b = content.words[i].box
+        h = max(b[3] - b[1], 1.0)
+        cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+        best, best_d = None, None
+        for r in text_regions:
+            x0, y0, x1, y1 = r.box
+            dx = max(x0 - b[2], b[0] - x1, 0.0)
+            dy = max(y0 - cy, cy - y1, 0.0)
+            if dx <= h and dy <= 0.8 * h and (best_d is None or dx + dy < best_d):
+                best, best_d = r, dx + dy
+        if best is not None:
+            best.word_ids = sorted(best.word_ids + [i])
+            best.box = (min(best.box[0], b[0]), min(best.box[1], b[1]), max(best.box[2], b[2]), max(best.box[3], b[3]))
+        del cx
 
 
 def quality(content: PdfPageContent, regions: list[LabelledRegion], settings: LabelSettings) -> str | None:

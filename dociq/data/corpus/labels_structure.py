@@ -279,13 +279,20 @@ class _Labeller:
 
 
 def label_from_structure(content: PdfPageContent, ctx: DocumentContext, page_index: int,
-                         allowed_words: set[int] | None = None, furniture_only: bool = False
-                         ) -> tuple[list[LabelledRegion], list[TableGrid]]:
+                         allowed_words: set[int] | None = None, furniture_only: bool = False,
+                         text_only: bool = False) -> tuple[list[LabelledRegion], list[TableGrid]]:
     """Regions of a page from its visible structure. `allowed_words` limits the words considered
-    (a tagged page passes its untagged words); `furniture_only` stops after headers and numbers."""
+    (a tagged page passes its untagged words); `furniture_only` stops after headers and numbers;
+    `text_only` labels text blocks (headings, code, captions, lists, paragraphs) and nothing else."""
     labeller = _Labeller(content, ctx, page_index, allowed_words)
     if furniture_only:
         labeller.furniture()
+        return labeller.regions, []
+    if text_only:
+        labeller.headings()
+        labeller.code()
+        labeller.blocks()
+        labeller.merge_overlapping({"paragraph", "code"})
         return labeller.regions, []
     return labeller.run()
 

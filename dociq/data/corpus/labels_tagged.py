@@ -82,7 +82,8 @@ def _walk(nodes: list[dict], inside: str | None, out: list[_Element], table: _El
 
 
 def _pieces(content: PdfPageContent, word_ids: list[int]) -> list[list[int]]:
-    """Split an element's words where its lines jump back up the page (a column or frame break)."""
+    """Split an element's words where they jump back up the page (a column or frame break) or leave a
+    gap of more than a line and a half (an element the tags stretch over separate blocks)."""
     if not word_ids:
         return []
     ids = sorted(word_ids)  # content order within an element follows the text layer
@@ -90,7 +91,8 @@ def _pieces(content: PdfPageContent, word_ids: list[int]) -> list[list[int]]:
     for prev, nxt in zip(ids, ids[1:]):
         a, b = content.words[prev].box, content.words[nxt].box
         h = max(a[3] - a[1], b[3] - b[1], 1.0)
-        if b[1] < a[1] - 1.5 * h and b[0] > a[2] + h:  # up the page and to the right: next column
+        # up the page (the next column or frame) or a gap of lines down: another visual block
+        if b[1] < a[1] - 1.5 * h or b[1] > a[3] + 1.5 * h:
             pieces.append(current)
             current = []
         current.append(nxt)

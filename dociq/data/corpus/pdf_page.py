@@ -78,9 +78,45 @@ def _to_px(obj, ox: float, oy: float, scale: float) -> tuple[float, float, float
             (obj["bottom"] - oy) * scale)
 
 
+def document_tree(plumber_pdf) -> list[dict]:
+    """The document's structure tree (empty when untagged or unreadable). Read once per document:
+    pdfplumber's per-page trees lose the marked-content ids of pages after the first in some PDFs
+    (Chromium's among them), while the document tree keeps each element's page."""
+    try:
+        return plumber_pdf.structure_tree or []
+    except Exception:  # a broken tag tree reads as untagged; the structure labeller takes over
+        return []
+
+
+def page_tree(tree: list[dict], page_number: int, inherited: int | None = None) -> list[dict]:
+    """The part of a document tree with content on page `page_number` (1-based, as pdfplumber). An
+    element without a page of its own is on its nearest ancestor's (the PDF's /Pg inheritance)."""
+    out = []
+    for node in tree:
+        page = node.get("page_number", inherited)
+        children = page_tree(node.get("children") or [], page_number, page)
+        mcids = node.get("mcids") if page == page_number else None
+        if children or mcids:
+            out.append({"type": node.get("type", ""), "mcids": list(mcids or []), "children": children})
+    return out
+
+
+def _has_ink(image: np.ndarray, box) -> bool:
+    """Whether the rendered page shows anything under a word's box: text clipped by a page break,
+    drawn in white or hidden under a figure is in the text layer but not on the page."""
+    h, w = image.shape[:2]
+    x0, y0 = max(0, int(box[0])), max(0, int(box[1]))
+    x1, y1 = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
+    if x1 <= x0 or y1 <= y0:
+        return False
+    crop = image[y0:y1, x0:x1].astype(np.int16)
+    return bool((crop.max(axis=(0, 1)) - crop.min(axis=(0, 1))).max() > 40)
+
+
 def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bool = True,
-              with_struct: bool = True) -> PdfPageContent:
-    """Everything the labellers need from one pdfplumber page, mapped to a `size` (H, W) render."""
+              struct: list[dict] | None = None, image: np.ndarray | None = None) -> PdfPageContent:
+    """Everything the labellers need from one pdfplumber page, mapped to a `size` (H, W) render;
+    `struct` is the document's structure tree (`document_tree`), if it has one."""
     ox, oy = plumber_page.bbox[0], plumber_page.bbox[1]
     raw = plumber_page.extract_words(x_tolerance_ratio=0.18, y_tolerance=2, keep_blank_chars=False,
                                      extra_attrs=["size"], return_chars=True)
@@ -91,7 +127,10 @@ def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bo
         chars = w.get("chars") or []
         mcids = Counter(c.get("mcid") for c in chars)
         fonts = Counter(c.get("fontname", "") for c in chars)
-        words.append(Word(text=w["text"], box=_to_px(w, ox, oy, scale), size=float(w["size"]),
+        box = _to_px(w, ox, oy, scale)
+        if image is not None and not _has_ink(image, box):
+            continue
+        words.append(Word(text=w["text"], box=box, size=float(w["size"]),
                           font=fonts.most_common(1)[0][0] if fonts else "",
                           mcid=mcids.most_common(1)[0][0] if mcids else None))
     rules, graphics, graphics_mcid = [], [], []
@@ -110,11 +149,8 @@ def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bo
         graphics=graphics, graphics_mcid=graphics_mcid, images=images, images_mcid=images_mcid,
         chars=len(plumber_page.chars))
     content.lines = group_lines(words)
-    if with_struct:
-        try:
-            content.struct = plumber_page.structure_tree or []
-        except Exception:  # a broken tag tree reads as untagged; the structure labeller takes over
-            content.struct = []
+    if struct is not None:
+        content.struct = page_tree(struct, plumber_page.page_number)
     if with_tables:
         content.table_grids = _tables(plumber_page, ox, oy, scale)
     return content
