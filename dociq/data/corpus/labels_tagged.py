@@ -53,12 +53,18 @@ def _collect_mcids(node: dict, out: set) -> None:
         _collect_mcids(child, out)
 
 
+def _has_content(node: dict) -> bool:
+    return bool(node.get("mcids")) or any(_has_content(c) for c in node.get("children") or [])
+
+
 def _walk(nodes: list[dict], inside: str | None, out: list[_Element], table: _Element | None) -> None:
+    # text beside a Code element (in a Div or NonStruct that no block type names) makes it inline
+    running_text = any(n.get("type") != "Code" and _has_content(n) for n in nodes)
     for node in nodes:
         kind = node.get("type", "")
         label = BLOCK_TYPES.get(kind)
-        if label == "code" and inside is not None:
-            label = None  # inline code is part of the paragraph around it
+        if label == "code" and (inside is not None or running_text):
+            label = None  # inline code is part of the text around it
         if label and inside not in _ABSORBING:
             mcids: set = set()
             _collect_mcids(node, mcids)

@@ -101,6 +101,17 @@ def page_tree(tree: list[dict], page_number: int, inherited: int | None = None) 
     return out
 
 
+def _doubled_text(chars) -> bool:
+    """Whether some text is drawn twice on the spot (a fake bold); pdfplumber's dedupe is slow, so
+    it runs only then."""
+    seen, doubled = set(), 0
+    for c in chars:
+        key = (c["text"], round(c["x0"]), round(c["top"]))
+        doubled += key in seen
+        seen.add(key)
+    return doubled >= 10
+
+
 def _has_ink(image: np.ndarray, box) -> bool:
     """Whether the rendered page shows anything under a word's box: text clipped by a page break,
     drawn in white or hidden under a figure is in the text layer but not on the page."""
@@ -118,6 +129,8 @@ def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bo
     """Everything the labellers need from one pdfplumber page, mapped to a `size` (H, W) render;
     `struct` is the document's structure tree (`document_tree`), if it has one."""
     ox, oy = plumber_page.bbox[0], plumber_page.bbox[1]
+    if _doubled_text(plumber_page.chars):
+        plumber_page = plumber_page.dedupe_chars()  # text drawn twice for a fake bold reads once
     raw = plumber_page.extract_words(x_tolerance_ratio=0.18, y_tolerance=2, keep_blank_chars=False,
                                      extra_attrs=["size"], return_chars=True)
     words = []
