@@ -12,7 +12,13 @@ STAMP := $(VENV)/.installed
 RUN := recipe_$(shell date +%Y-%m-%d_%H-%M-%S)
 OUTPUTS = $${DOCIQ_ROOT:-.}/outputs
 
-.PHONY: install pretrain finetune test test-all notebook clean
+# The real-document corpus (docs/corpus.md): Debian's documentation packages, fetched with
+# `apt-get download` (root), printed/labelled into shards under data/. CORPUS_ARGS go to the build.
+CORPUS_SRC ?= data/debian
+CORPUS ?= data/corpus
+CORPUS_FULL ?= data/corpus_full
+
+.PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-tools
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +38,26 @@ finetune: $(STAMP)
 	$(PY) train.py stage=finetune 'paths.output_dir=$${paths.log_dir}/finetune/runs/$(RUN)' \
 		'init.from=$${paths.log_dir}/pretrain/runs/$(RUN)/checkpoints/last.ckpt' $(ARGS)
 	@echo "[dociq] fine-tuned checkpoint: $(OUTPUTS)/finetune/runs/$(RUN)/checkpoints/last.ckpt"
+
+# Chromium prints the HTML manuals, tesseract reads pages without a text layer.
+corpus-tools:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v tesseract >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium tesseract-ocr >/dev/null; \
+	  else echo "[dociq] the corpus needs chromium and tesseract-ocr: run as root, or apt-get install chromium tesseract-ocr" >&2; exit 2; fi; fi
+
+# The recipe corpus: six smaller packages, capped so that no manual dominates (~15 min on 2 cores).
+corpus: $(STAMP) corpus-tools
+	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC) --recipe
+	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS) --max-docs-per-package 45 \
+		--max-pages-per-doc 8 --max-pages-per-package 300 $(CORPUS_ARGS)
+
+# The pretraining corpus: all eleven packages (>= 10,000 pages).
+corpus-full: $(STAMP) corpus-tools
+	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC)
+	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS_FULL) --max-docs-per-package 700 \
+		--max-pages-per-doc 12 --max-pages-per-package 2500 $(CORPUS_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)

@@ -6,6 +6,7 @@
     dociq eval run.ckpt --pages 64                       # dociq.evaluate
     dociq export run.ckpt exported/                      # dociq.hub export
     dociq engine import --data store/ pages/             # dociq.engine.cli (the data engine)
+    dociq corpus build pdfs/ data/corpus                 # dociq.data.corpus.cli (real documents)
     dociq --debug predict ...                            # tracebacks instead of one-line errors
 
 Each subcommand's arguments go to its module unchanged (`dociq predict --help` is predict's help).
@@ -42,6 +43,8 @@ COMMANDS: dict[str, Command] = {
     "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.evaluate"),
     "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.hub", prefix=("export",),
                       takes_debug=True),
+    "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "
+                      "export COCO (dociq corpus --help)", "dociq.data.corpus.cli"),
     "engine": Command("the data engine: import pages, annotate, export (dociq engine --help)", "dociq.engine.cli",
                       missing="the data engine is not available yet (it is being built); "
                               "train on data=synthetic|coco|funsd for now"),

@@ -62,20 +62,21 @@ def paragraph(x, y, lines=4, size=10, width_words=12, start=0):
     return ops
 
 
-def manual_pages(n_pages: int = 3) -> list[list]:
+def manual_pages(n_pages: int = 3, variant: int = 0) -> list[list]:
     """An untagged 'manual': running header, page numbers, title, headings, paragraphs, a list, code,
-    a ruled table with a caption and a bar chart with a caption."""
+    a ruled table with a caption and a bar chart with a caption. Another `variant` words its text
+    differently (a different document, not a near-duplicate)."""
     pages = []
     for p in range(n_pages):
         ops = [("text", "regular", 9, 72, 750, "Corpus Builder Reference Manual"),
                ("text", "regular", 10, 300, 40, str(p + 1))]
         y = 700
         if p == 0:
-            ops.append(("text", "bold", 24, 72, y, "A Guide to Real Pages"))
+            ops.append(("text", "bold", 24, 72, y, "A Guide to Real Pages" + (f" {variant}" if variant else "")))
             y -= 50
         ops.append(("text", "bold", 14, 72, y, f"{p + 1} Section about pages {p + 1}"))
         y -= 28
-        ops += paragraph(72, y, lines=4, start=p)
+        ops += paragraph(72, y, lines=4, start=p + 5 * variant)
         y -= 4 * 12.5 + 14
         if p == 0:
             for k in range(3):
@@ -108,8 +109,8 @@ def manual_pages(n_pages: int = 3) -> list[list]:
             y -= 170
             ops.append(("text", "regular", 10, 72, y, "Figure 1: Pages kept by package."))
             y -= 30
-            ops += paragraph(72, y, lines=3, start=3)
+            ops += paragraph(72, y, lines=3, start=3 + 2 * variant)
         if p == 2:
-            ops += paragraph(72, y, lines=5, start=11)
+            ops += paragraph(72, y, lines=5, start=11 + 3 * variant)
         pages.append(ops)
     return pages
