@@ -50,14 +50,14 @@ corpus-tools:
 # The recipe corpus: six smaller packages, capped so that no manual dominates (~15 min on 2 cores).
 corpus: $(STAMP) corpus-tools
 	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC) --recipe
-	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS) --max-docs-per-package 45 \
-		--max-pages-per-doc 8 --max-pages-per-package 300 $(CORPUS_ARGS)
+	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS) --max-docs-per-package 90 \
+		--max-pages-per-doc 8 --max-pages-per-package 500 $(CORPUS_ARGS)
 
 # The pretraining corpus: all eleven packages (>= 10,000 pages).
 corpus-full: $(STAMP) corpus-tools
 	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC)
-	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS_FULL) --max-docs-per-package 700 \
-		--max-pages-per-doc 12 --max-pages-per-package 2500 $(CORPUS_ARGS)
+	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS_FULL) --max-docs-per-package 400 \
+		--max-pages-per-doc 10 --max-pages-per-package 1200 $(CORPUS_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)

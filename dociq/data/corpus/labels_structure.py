@@ -94,12 +94,13 @@ class _Labeller:
     # -- page furniture -------------------------------------------------------------------------
     def furniture(self) -> None:
         lines = self.free_lines()
-        if lines:  # a lone number that is the first or last line of the page is its number
-            for edge, band in ((min(lines, key=lambda ln: ln.box[1]), "top"),
-                               (max(lines, key=lambda ln: ln.box[3]), "bottom")):
-                near = edge.box[3] <= 0.25 * self.c.height if band == "top" else edge.box[1] >= 0.75 * self.c.height
-                if near and _PAGE_NUMBER.match(self.c.line_text(edge).strip()) and edge.word_ids[0] in self.free:
-                    self.add("page_number", edge.word_ids)
+        if lines:  # a lone number on the first or last row of the page is its number
+            top, bottom = min(lines, key=lambda ln: ln.box[1]), max(lines, key=lambda ln: ln.box[3])
+            for line in lines:
+                edge = (_same_row(line, top) and line.box[3] <= 0.25 * self.c.height) or (
+                    _same_row(line, bottom) and line.box[1] >= 0.75 * self.c.height)
+                if edge and _PAGE_NUMBER.match(self.c.line_text(line).strip()) and line.word_ids[0] in self.free:
+                    self.add("page_number", line.word_ids)
         for line in self.free_lines():
             band = band_of(line, self.c)
             if band is None:
@@ -224,15 +225,64 @@ class _Labeller:
             is_title = (self.page_index == 0 and not title_done and size >= 1.35 * self.ctx.body_size
                         and group[0].box[1] < 0.45 * self.c.height
                         and size >= max((line.size for line in lines), default=0) - 0.5)
+            if not is_title and title_done and self._title_block_line(group, marks):
+                self.add("paragraph", ids)  # author, date, version under a title: not a section
+                continue
             title_done |= is_title
             self.add("title" if is_title else "section_heading", ids)
 
+    def _title_block_line(self, group: list[Line], marks: set) -> bool:
+        """A centred, unnumbered, unbookmarked line in the upper half of a first page, below its title."""
+        first = self.c.words[group[0].word_ids[0]].text
+        centre = (min(ln.box[0] for ln in group) + max(ln.box[2] for ln in group)) / 2
+        text = normalise(" ".join(self.c.line_text(ln) for ln in group))
+        return (self.page_index == 0 and group[0].box[1] < 0.5 * self.c.height
+                and abs(centre - self.c.width / 2) < 0.06 * self.c.width
+                and not _SECTION_NUMBER.match(first) and text not in marks)
+
+    def toc_entries(self) -> None:
+        """A table of contents: three or more rows that end in a page number at the right (after a
+        gap or a dot leader); each row is a list item, as a tagged PDF's TOCI is."""
+        rows: list[list[Line]] = []
+        for line in sorted(self.free_lines(), key=lambda ln: ((ln.box[1] + ln.box[3]) / 2, ln.box[0])):
+            centre = (line.box[1] + line.box[3]) / 2
+            if rows and abs(centre - (rows[-1][0].box[1] + rows[-1][0].box[3]) / 2) <= 0.35 * line.height:
+                rows[-1].append(line)
+            else:
+                rows.append([line])
+        entries = []
+        for row in rows:
+            row.sort(key=lambda ln: ln.box[0])
+            words = [self.c.words[i].text for ln in row for i in ln.word_ids]
+            last = words[-1].lstrip(".")
+            leader = sum(1 for w in words if set(w) <= {".", "…"}) >= 2 or any("...." in w for w in words)
+            number_right = row[-1].box[2] >= 0.6 * self.c.width and _PAGE_NUMBER.match(last) is not None
+            if len(words) >= 2 and number_right and (len(row) >= 2 or leader):
+                entries.append(row)
+        if len(entries) >= 3:
+            for row in entries:
+                self.add("list_item", [i for ln in row for i in ln.word_ids])
+
     def code(self) -> None:
-        code_lines = [line for line in self.free_lines()
-                      if sum(len(self.c.words[i].text) for i in line.word_ids if self.c.words[i].mono)
-                      >= 0.8 * sum(len(self.c.words[i].text) for i in line.word_ids)]
+        free = self.free_lines()
+        code_lines = [line for line in free if self._monospace_share(line) >= 0.8]
+        # listings number their lines in the text font, just left of the code
+        numbers = [line for line in free if len(line.word_ids) == 1 and line not in code_lines
+                   and self.c.words[line.word_ids[0]].text.isdigit()]
         for group in _consecutive(code_lines, self.em, max_gap=1.0):
-            self.add("code", [i for line in group for i in line.word_ids])
+            ids = [i for line in group for i in line.word_ids]
+            for number in numbers:
+                if any(_same_row(number, line) and 0 <= line.box[0] - number.box[2] <= 3 * self.em for line in group):
+                    ids.extend(number.word_ids)
+            self.add("code", ids)
+
+    def _monospace_share(self, line: Line) -> float:
+        """Share of a line's characters set in a monospace font; a listing's line number aside."""
+        words = [self.c.words[i] for i in line.word_ids]
+        if len(words) > 1 and words[0].text.isdigit() and not words[0].mono:
+            words = words[1:]
+        total = sum(len(w.text) for w in words)
+        return sum(len(w.text) for w in words if w.mono) / max(1, total)
 
     def blocks(self) -> None:
         """Captions, list items and paragraphs from the lines still free."""
@@ -249,6 +299,7 @@ class _Labeller:
         self.ruled_tables()
         rules = self.booktabs_tables()
         self.figures(rules)
+        self.toc_entries()
         self.headings()
         self.code()
         self.blocks()
@@ -289,6 +340,7 @@ def label_from_structure(content: PdfPageContent, ctx: DocumentContext, page_ind
         labeller.furniture()
         return labeller.regions, []
     if text_only:
+        labeller.toc_entries()
         labeller.headings()
         labeller.code()
         labeller.blocks()
@@ -340,6 +392,10 @@ def _clusters(boxes: list[Box], gap: float) -> list[Box]:
                 out.append(b)
         merged = out
     return merged
+
+
+def _same_row(a: Line, b: Line) -> bool:
+    return abs((a.box[1] + a.box[3]) / 2 - (b.box[1] + b.box[3]) / 2) <= 0.4 * max(min(a.height, b.height), 1.0)
 
 
 def _consecutive(lines: list[Line], em: float, max_gap: float = 0.6) -> list[list[Line]]:
