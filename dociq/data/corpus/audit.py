@@ -11,7 +11,6 @@ import json
 import random
 from pathlib import Path
 
-import numpy as np
 from PIL import Image, ImageDraw
 
 from dociq.data.schema import REGION_CLASSES, Page

@@ -110,10 +110,9 @@ def label_pdf(path, doc_id: str, package: str, source: str, split: str, settings
         result.pages_total = len(page_ids)
         try:
             plumber = pdfplumber.open(str(path))
-        except Exception as err:  # pdfminer rejects some files pdfium reads
+        except Exception:  # pdfminer rejects some files pdfium reads
             result.status, result.reason = "bad", "broken"
             result.dropped["unreadable_text_layer"] += len(page_ids)
-            del err
             return result
         with plumber:
             tree = document_tree(plumber)
@@ -220,7 +219,7 @@ def _attach_strays(content: PdfPageContent, regions: list[LabelledRegion], stray
     for i in sorted(strays):
         b = content.words[i].box
         h = max(b[3] - b[1], 1.0)
-        cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+        cy = (b[1] + b[3]) / 2
         best, best_d = None, None
         for r in text_regions:
             x0, y0, x1, y1 = r.box
@@ -231,7 +230,6 @@ def _attach_strays(content: PdfPageContent, regions: list[LabelledRegion], stray
         if best is not None:
             best.word_ids = sorted(best.word_ids + [i])
             best.box = (min(best.box[0], b[0]), min(best.box[1], b[1]), max(best.box[2], b[2]), max(best.box[3], b[3]))
-        del cx
 
 
 def quality(content: PdfPageContent, regions: list[LabelledRegion], settings: LabelSettings) -> str | None:

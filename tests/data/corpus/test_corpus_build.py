@@ -209,3 +209,32 @@ def test_a_killed_build_resumes_without_redoing_or_corrupting(source, tmp_path):
         assert [a.page_meta(i)["page_id"] for i in range(len(a))] == [b.page_meta(i)["page_id"] for i in range(len(b))]
         if len(a):
             np.testing.assert_array_equal(a[len(a) - 1].image, b[len(b) - 1].image)
+
+
+SMALL_RUN = ["model.image_size=128", "trainer.max_steps=2", "trainer.val_check_interval=2",
+             "trainer.limit_val_batches=1", "data.batch_size=2", "data.num_workers=0",
+             "data.tokenizer.max_length=48", "++model.fusion.depth=1", "optim.scheduler.warmup_steps=1",
+             "logger=csv", "trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.parametrize("stage, data, extra", [
+    ("pretrain", "corpus", ["++model.predictor.depth=1", "data.image_masking.num_targets=2",
+                            "data.image_masking.target_scale=[0.25,0.3]", "data.image_masking.min_keep=1"]),
+    ("finetune", "corpus_mixed", ["data.train_set.datasets.1.num_pages=8"]),
+])
+def test_train_py_trains_on_a_built_corpus(built, tmp_path, stage, data, extra):
+    """`data=corpus` and `data=corpus_mixed` as a user composes them: a few steps, finite losses."""
+    from omegaconf import open_dict
+
+    from dociq.config import compose
+    from dociq.train import train
+
+    out, _ = built
+    roots = ([f"data.train_set.datasets.0.root={out}"] if data == "corpus_mixed" else [f"data.train_set.root={out}"])
+    cfg = compose([f"stage={stage}", f"data={data}", f"data.val_set.root={out}", f"paths.root_dir={tmp_path}",
+                   *roots, *SMALL_RUN, *extra], return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+    metrics = train(cfg)
+    assert np.isfinite(float(metrics["train/loss"])) and np.isfinite(float(metrics["val/loss"]))
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
