@@ -127,6 +127,9 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
     callbacks += [StopOnNonFinite(), RngState(), SkippedPages(), LoggerRunIds()]
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_kwargs["strategy"] = build_strategy(cfg)
+    # the data module's StepBatchSampler splits each step's batch by rank itself (exact resume under
+    # DDP); Lightning's DistributedSampler cannot wrap a batch sampler
+    trainer_kwargs["use_distributed_sampler"] = False
     # A terminal gets the rich bar counting steps; a log file / CI gets plain progress lines instead.
     progress = cfg.get("progress") or {}
     extra, trainer_kwargs["enable_progress_bar"] = progress_callbacks(

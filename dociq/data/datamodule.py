@@ -64,8 +64,10 @@ class DocumentDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Batches in an order fixed by (seed, step), starting at the step the trainer is at (after a
         resume: the checkpoint's), so resumed and uninterrupted runs see the same batches."""
+        trainer = self.trainer
+        ranks = {"num_replicas": trainer.world_size, "rank": trainer.global_rank} if trainer is not None else {}
         sampler = StepBatchSampler(len(self.train_set), self.batch_size, self.seed,
-                                   start_step=self._batches_consumed())
+                                   start_step=self._batches_consumed(), **ranks)
         # The loader's own generator: creating its iterator must not draw from the global RNG (the
         # resumed run creates it at step k, the uninterrupted one at step 0).
         return StepDataLoader(SeedCarryingDataset(self.train_set), batch_sampler=sampler,

@@ -37,19 +37,32 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
 
     One iteration is one data epoch (`len(self)` batches, the last partial batch dropped). The first
     iteration starts at `start_step` (mid-epoch after a resume); each later one starts the next epoch.
+
+    Under data parallelism (`num_replicas` processes) step `s` draws one global batch of
+    `batch_size * num_replicas` pages and process `rank` takes its slice, with its own batch seed:
+    rank r's share of step s is a function of (seed, s, r), so a resume is as exact as on one process.
     """
 
-    def __init__(self, num_items: int, batch_size: int, seed: int, start_step: int = 0) -> None:
+    def __init__(self, num_items: int, batch_size: int, seed: int, start_step: int = 0,
+                 num_replicas: int = 1, rank: int = 0) -> None:
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
-        if num_items < batch_size:
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} of {num_replicas} processes: need 0 <= rank < num_replicas")
+        if num_items < batch_size * num_replicas:
             raise ValueError(f"the training set has {num_items} pages, fewer than data.batch_size="
-                             f"{batch_size}: lower data.batch_size or add pages")
+                             f"{batch_size} x {num_replicas} processes: lower data.batch_size or add pages")
         self.num_items, self.batch_size, self.seed = num_items, batch_size, int(seed)
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.start_step = int(start_step)
 
     def __len__(self) -> int:
-        return self.num_items // self.batch_size
+        return self.num_items // (self.batch_size * self.num_replicas)
+
+    def _batch_seed(self, step: int) -> int:
+        if self.num_replicas == 1:  # one process: the seeds every earlier run and checkpoint used
+            return mixed_seed(self.seed, _BATCH_STREAM, step)
+        return mixed_seed(self.seed, _BATCH_STREAM, step, self.rank)
 
     def _order(self, epoch: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(mixed_seed(self.seed, _ORDER_STREAM, epoch))
@@ -61,8 +74,8 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
         order = self._order(epoch)
         for i in range(offset, len(self)):
             step = epoch * len(self) + i
-            batch_seed = mixed_seed(self.seed, _BATCH_STREAM, step)
-            yield [(int(j), batch_seed) for j in order[i * self.batch_size:(i + 1) * self.batch_size]]
+            first = (i * self.num_replicas + self.rank) * self.batch_size
+            yield [(int(j), self._batch_seed(step)) for j in order[first:first + self.batch_size]]
 
 
 class SeedCarryingDataset(Dataset):
@@ -103,10 +116,12 @@ class StepDataLoader(DataLoader):
 
     def state_dict(self) -> dict:
         s = self.batch_sampler
-        return {"seed": s.seed, "batch_size": s.batch_size, "num_items": s.num_items}
+        return {"seed": s.seed, "batch_size": s.batch_size, "num_items": s.num_items,
+                "num_replicas": s.num_replicas}
 
     def load_state_dict(self, state: dict) -> None:
         now = self.state_dict()
+        state = {"num_replicas": 1, **state}  # checkpoints from before data parallelism: one process
         changed = {k: (state.get(k), v) for k, v in now.items() if state.get(k) != v}
         if changed:
             log.warning("resuming with a different data order than the checkpoint's run (%s): the "

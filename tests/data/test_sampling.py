@@ -65,3 +65,37 @@ def test_resuming_with_another_seed_or_batch_size_is_reported(caplog):
         assert not caplog.records
         loader.load_state_dict(dict(saved, seed=4, batch_size=8))
     assert "seed 4 -> 3" in caplog.text and "batch_size 8 -> 4" in caplog.text
+
+
+def _batches(sampler):
+    return [b for b in sampler]
+
+
+def test_data_parallel_ranks_split_each_step_into_disjoint_shares():
+    one = _batches(StepBatchSampler(40, 4, seed=3))
+    ranks = [_batches(StepBatchSampler(40, 2, seed=3, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 10
+    for step in range(10):
+        pages = [[i for i, _ in ranks[r][step]] for r in (0, 1)]
+        assert not set(pages[0]) & set(pages[1])
+        # the two shares are the global batch of 4 that one process would draw at this step
+        assert pages[0] + pages[1] == [i for i, _ in one[step]]
+        seeds = {ranks[r][step][0][1] for r in (0, 1)}
+        assert len(seeds) == 2, "each rank's random choices follow its own seed"
+
+
+def test_data_parallel_share_is_a_function_of_seed_step_and_rank():
+    full = _batches(StepBatchSampler(40, 2, seed=5, num_replicas=2, rank=1))
+    resumed = _batches(StepBatchSampler(40, 2, seed=5, num_replicas=2, rank=1, start_step=6))
+    assert resumed == full[6:]
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        StepBatchSampler(40, 2, seed=5, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="2 processes"):
+        StepBatchSampler(3, 2, seed=5, num_replicas=2, rank=0)
+
+
+def test_one_process_keeps_the_batch_seeds_of_earlier_runs():
+    from dociq.data.sampling import _BATCH_STREAM, mixed_seed
+
+    batch = next(iter(StepBatchSampler(16, 4, seed=9)))
+    assert {s for _, s in batch} == {mixed_seed(9, _BATCH_STREAM, 0)}
