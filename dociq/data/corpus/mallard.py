@@ -7,11 +7,11 @@ converter does not know keeps its text. Only the standard library is used.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from html import escape
 from pathlib import Path
+
+from dociq.data.image_io import atomic_write_text
 
 MALLARD_NS = "http://projectmallard.org/1.0/"
 _IF_NS = "http://projectmallard.org/if/1.0/"
@@ -227,13 +227,5 @@ def mallard_to_html(page_path, out_html) -> Path:
     body = _Converter().titled(root, "h1")
     html = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
             f"<title>{_text(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".html", dir=out_html.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.replace(tmp, out_html)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(out_html, html)
     return out_html

@@ -20,6 +20,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dociq.data.image_io import atomic_write_bytes
+
 # package -> the kind of documents it ships
 DEBIAN_PACKAGES: dict[str, str] = {
     "texlive-latex-extra-doc": "pdf",
@@ -290,14 +292,7 @@ def _work_name(doc: SourceDocument, suffix: str) -> str:
 
 
 def _atomic_write(out: Path, data: bytes) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out, data)
     return out
 
 

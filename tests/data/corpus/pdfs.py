@@ -2,6 +2,8 @@
 Courier (standard-14 fonts, not embedded), ruling lines and filled rectangles, no tag tree."""
 from __future__ import annotations
 
+import io
+
 FONTS = {"regular": "Helvetica", "bold": "Helvetica-Bold", "mono": "Courier"}
 
 
@@ -114,3 +116,15 @@ def manual_pages(n_pages: int = 3, variant: int = 0) -> list[list]:
             ops += paragraph(72, y, lines=5, start=11 + 3 * variant)
         pages.append(ops)
     return pages
+
+
+def encrypted_pdf() -> bytes:
+    """A one-page PDF locked with a password (pypdf, a dev dependency)."""
+    import pypdf
+
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(200, 200)
+    writer.encrypt("secret", algorithm="RC4-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    return buf.getvalue()

@@ -2,7 +2,6 @@
 HTML printed by Chromium, near-duplicates across documents, and a killed build that resumes."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 from dociq.data.corpus.build import BuildSettings, build_corpus, split_of
 from dociq.data.corpus.dataset import CorpusDocuments
 from dociq.data.corpus.label_document import LabelSettings
-from tests.data.corpus.pdfs import manual_pages, write_pdf
+from pdfs import encrypted_pdf, manual_pages, write_pdf
 
 HAS_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
 HAS_TESSERACT = shutil.which("tesseract") is not None
@@ -57,16 +56,6 @@ def _has_font(name: str) -> bool:
         return False
 
 
-def _encrypted_pdf(path: Path) -> None:
-    pypdf = pytest.importorskip("pypdf")
-    writer = pypdf.PdfWriter()
-    writer.add_blank_page(200, 200)
-    writer.encrypt("secret", algorithm="RC4-128")
-    buf = io.BytesIO()
-    writer.write(buf)
-    path.write_bytes(buf.getvalue())
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
@@ -79,7 +68,7 @@ def source(tmp_path_factory) -> Path:
     bad.mkdir()
     (bad / "broken.pdf").write_bytes(b"%PDF-1.4\nnot a pdf")
     (bad / "empty.pdf").write_bytes(write_pdf([]))
-    _encrypted_pdf(bad / "locked.pdf")
+    (bad / "locked.pdf").write_bytes(encrypted_pdf())
     _image_only_pdf(bad / "scan.pdf")
     return src
 

@@ -2,7 +2,6 @@
 (reported, never raised), the quality gate and the questions a labelled page gets."""
 from __future__ import annotations
 
-import io
 from collections import Counter
 
 import numpy as np
@@ -12,7 +11,7 @@ from dociq.data.corpus.label_document import LabelSettings, choose_pages, label_
 from dociq.data.corpus.labels_tagged import LabelledRegion
 from dociq.data.corpus.record import record_to_page
 
-from tests.data.corpus.pdfs import manual_pages, write_pdf
+from pdfs import encrypted_pdf, manual_pages, write_pdf
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +110,8 @@ def test_unusable_pdfs_are_reported_by_reason(tmp_path, name, make, reason):
 
 
 def test_encrypted_pdf_is_reported(tmp_path):
-    pypdf = pytest.importorskip("pypdf")
-    writer = pypdf.PdfWriter()
-    writer.add_blank_page(200, 200)
-    writer.encrypt("secret", algorithm="RC4-128")
-    buf = io.BytesIO()
-    writer.write(buf)
     path = tmp_path / "locked.pdf"
-    path.write_bytes(buf.getvalue())
+    path.write_bytes(encrypted_pdf())
     result = label_pdf(path, "locked", "p", "locked", "train", LabelSettings(), seen_hashes={})
     assert (result.status, result.reason) == ("bad", "encrypted")
 
