@@ -20,11 +20,11 @@ LAYOUT_SCALE = 1000
 
 # Region classes the synthetic generator draws, then those the real-document corpus adds
 # (dociq.data.corpus); other real data sets bring their own category names.
-REGION_CLASSES = (
+SYNTHETIC_CLASSES = (
     "title", "section_heading", "paragraph", "list_item", "form_key", "form_value", "table",
     "table_cell", "page_header", "page_footer", "page_number", "figure", "stamp", "signature",
-    "caption", "code",
 )
+REGION_CLASSES = SYNTHETIC_CLASSES + ("caption", "code")
 
 # Question kinds; metrics are reported per kind.
 QUESTION_KINDS = ("layout", "reading", "cell", "category", "link")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dociq.data.degrade import degrade_page, rotate_page
-from dociq.data.schema import QUESTION_KINDS, REGION_CLASSES, Page
+from dociq.data.schema import QUESTION_KINDS, REGION_CLASSES, SYNTHETIC_CLASSES, Page
 from dociq.data.synthetic import SyntheticDocuments, generate_page
 
 SIZE = 384
@@ -153,7 +153,7 @@ def test_reading_and_cell_answers_hold_the_asked_text(pages):
 
 def test_every_region_class_appears_within_a_few_pages(pages):
     seen = {r.label for page in pages[:12] for r in page.regions}
-    assert seen == set(REGION_CLASSES)
+    assert seen == set(SYNTHETIC_CLASSES)
     links = [(page, k, v) for page in pages for k, v in page.links]
     assert links and all(page.regions[k].label == "form_key" and page.regions[v].label == "form_value"
                          for page, k, v in links)
