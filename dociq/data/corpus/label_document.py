@@ -18,7 +18,8 @@ import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 
-from .labels_structure import DocumentContext, _area, _inside, document_context, label_from_structure
+from .geometry import area, inside
+from .labels_structure import DocumentContext, document_context, label_from_structure
 from .labels_tagged import LabelledRegion, TableGrid, label_from_tags
 from .pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
 from .questions import page_questions
@@ -247,9 +248,9 @@ def quality(content: PdfPageContent, regions: list[LabelledRegion], settings: La
             ra, rb = regions[a], regions[b]
             if ra.label in _CONTAINERS or rb.label in _CONTAINERS:
                 continue
-            small = ra.box if _area(ra.box) <= _area(rb.box) else rb.box
+            small = ra.box if area(ra.box) <= area(rb.box) else rb.box
             big = rb.box if small is ra.box else ra.box
-            if _area(small) > 0 and _inside(small, big) > _CONFLICT_OVERLAP:
+            if area(small) > 0 and inside(small, big) > _CONFLICT_OVERLAP:
                 conflicts += 1
     if conflicts > settings.max_conflicts:
         return "overlap_conflict"
@@ -275,14 +276,14 @@ def reading_order(regions: list[LabelledRegion], width: float) -> list[int]:
     a vertical gap between columns), regions inside containers right after them."""
     top_level = [i for i, r in enumerate(regions) if not any(
         j != i and regions[j].label in _CONTAINERS and r.label not in _CONTAINERS
-        and _inside(r.box, regions[j].box) > 0.8 for j in range(len(regions)))]
+        and inside(r.box, regions[j].box) > 0.8 for j in range(len(regions)))]
     order = _xy_cut(top_level, regions)
     out: list[int] = []
     for i in order:
         out.append(i)
         if regions[i].label in _CONTAINERS:
             inner = [j for j in range(len(regions)) if j not in top_level and j not in out
-                     and _inside(regions[j].box, regions[i].box) > 0.8]
+                     and inside(regions[j].box, regions[i].box) > 0.8]
             out.extend(sorted(inner, key=lambda j: (regions[j].box[1], regions[j].box[0])))
     out.extend(i for i in range(len(regions)) if i not in out)
     return out

@@ -20,10 +20,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .geometry import Box, area, inside, union
 from .labels_tagged import LabelledRegion, TableGrid
 from .pdf_page import Line, PdfPageContent
-
-Box = tuple[float, float, float, float]
 
 BAND = 0.1  # top/bottom fraction of the page where running headers, footers and page numbers live
 _PAGE_NUMBER = re.compile(r"^(page|seite|p\.)?\s*([0-9]{1,4}|[ivxlc]{1,7})(\s*(/|of|von)\s*[0-9]{1,4})?$", re.I)
@@ -83,7 +82,7 @@ class _Labeller:
     def add(self, label: str, word_ids, box: Box | None = None) -> int:
         word_ids = sorted(set(word_ids))
         if box is None:
-            box = _union(self.c.words[i].box for i in word_ids)
+            box = union(self.c.words[i].box for i in word_ids)
         self.free -= set(word_ids)
         self.regions.append(LabelledRegion(label, box, word_ids, source="structure"))
         return len(self.regions) - 1
@@ -124,7 +123,7 @@ class _Labeller:
 
     # -- tables ---------------------------------------------------------------------------------
     def words_in(self, box: Box, min_inside: float = 0.6) -> list[int]:
-        return [i for i in sorted(self.free) if _inside(self.c.words[i].box, box) >= min_inside]
+        return [i for i in sorted(self.free) if inside(self.c.words[i].box, box) >= min_inside]
 
     def ruled_tables(self) -> None:
         for grid in self.c.table_grids:
@@ -178,28 +177,28 @@ class _Labeller:
         page_area = self.c.width * self.c.height
         for box in self.c.images:
             box = _clip(box, self.c)
-            if _area(box) >= 0.005 * page_area and not self._in_table(box):
+            if area(box) >= 0.005 * page_area and not self._in_table(box):
                 self.add("figure", self.words_in(box, 0.8), box)
         text_lines = [ln.box for ln in self.c.lines if len(ln.word_ids) >= 4]
         # a frame or shading behind a line of running text is a text box's background, not a picture
         shapes = [b for b in self.c.graphics if not self._in_table(b)
-                  and not any(_inside(t, b) > 0.9 for t in text_lines)]
+                  and not any(inside(t, b) > 0.9 for t in text_lines)]
         shapes += [r for r in self.c.rules if r not in skip_rules and not self._in_table(r)]
         for box in _clusters(shapes, gap=0.5 * self.em):
             box = _clip(box, self.c)
-            if _area(box) < 0.006 * page_area or min(box[2] - box[0], box[3] - box[1]) < 1.5 * self.em:
+            if area(box) < 0.006 * page_area or min(box[2] - box[0], box[3] - box[1]) < 1.5 * self.em:
                 continue
-            if any(_inside(box, r.box) > 0.8 for r in self.regions if r.label == "figure"):
+            if any(inside(box, r.box) > 0.8 for r in self.regions if r.label == "figure"):
                 continue
             words = self.words_in(box, 0.8)
-            text_area = sum(_area(self.c.words[i].box) for i in words)
+            text_area = sum(area(self.c.words[i].box) for i in words)
             mono = sum(1 for i in words if self.c.words[i].mono)
-            if text_area > 0.3 * _area(box) or (words and mono > 0.5 * len(words)):
+            if text_area > 0.3 * area(box) or (words and mono > 0.5 * len(words)):
                 continue  # a frame around text or code, not a picture
             self.add("figure", words, box)
 
     def _in_table(self, box: Box) -> bool:
-        return any(r.label == "table" and _inside(box, r.box) > 0.8 for r in self.regions)
+        return any(r.label == "table" and inside(box, r.box) > 0.8 for r in self.regions)
 
     # -- text blocks ----------------------------------------------------------------------------
     def headings(self) -> None:
@@ -319,9 +318,9 @@ class _Labeller:
                     continue
                 for b in range(a + 1, len(self.regions)):
                     rb = self.regions[b]
-                    if rb.label == ra.label and (_inside(rb.box, ra.box) > 0.3 or _inside(ra.box, rb.box) > 0.3):
+                    if rb.label == ra.label and (inside(rb.box, ra.box) > 0.3 or inside(ra.box, rb.box) > 0.3):
                         ra.word_ids = sorted(set(ra.word_ids) | set(rb.word_ids))
-                        ra.box = _union([ra.box, rb.box])
+                        ra.box = union([ra.box, rb.box])
                         del self.regions[b]
                         changed = True
                         break
@@ -351,28 +350,8 @@ def label_from_structure(content: PdfPageContent, ctx: DocumentContext, page_ind
 
 # -- geometry helpers ---------------------------------------------------------------------------
 
-def _union(boxes) -> Box:
-    boxes = list(boxes)
-    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
-
-
-def _area(b: Box) -> float:
-    return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
-
-
 def _clip(b: Box, c: PdfPageContent) -> Box:
     return (max(0.0, b[0]), max(0.0, b[1]), min(float(c.width), b[2]), min(float(c.height), b[3]))
-
-
-def _inside(inner: Box, outer: Box) -> float:
-    """Fraction of `inner`'s area inside `outer` (a zero-area box counts by its centre)."""
-    ix = min(inner[2], outer[2]) - max(inner[0], outer[0])
-    iy = min(inner[3], outer[3]) - max(inner[1], outer[1])
-    a = _area(inner)
-    if a <= 0:
-        cx, cy = (inner[0] + inner[2]) / 2, (inner[1] + inner[3]) / 2
-        return float(outer[0] <= cx <= outer[2] and outer[1] <= cy <= outer[3])
-    return max(0.0, ix) * max(0.0, iy) / a
 
 
 def _clusters(boxes: list[Box], gap: float) -> list[Box]:
@@ -385,7 +364,7 @@ def _clusters(boxes: list[Box], gap: float) -> list[Box]:
         for b in sorted(merged, key=lambda b: (b[1], b[0])):
             for k, o in enumerate(out):
                 if b[0] <= o[2] + gap and o[0] <= b[2] + gap and b[1] <= o[3] + gap and o[1] <= b[3] + gap:
-                    out[k] = _union([o, b])
+                    out[k] = union([o, b])
                     changed = True
                     break
             else:

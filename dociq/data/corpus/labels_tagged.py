@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .geometry import union
 from .pdf_page import PdfPageContent
 
 # structure type -> region class; the first block-type ancestor of a piece of content owns it
@@ -106,14 +107,6 @@ def _pieces(content: PdfPageContent, word_ids: list[int]) -> list[list[int]]:
     return pieces
 
 
-def _union(boxes) -> tuple[float, float, float, float] | None:
-    boxes = list(boxes)
-    if not boxes:
-        return None
-    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes),
-            max(b[3] for b in boxes))
-
-
 def label_from_tags(content: PdfPageContent) -> tuple[list[LabelledRegion], list[TableGrid]]:
     """Regions (and table grids) from the page's structure tree; empty when the page is untagged."""
     elements: list[_Element] = []
@@ -129,14 +122,14 @@ def label_from_tags(content: PdfPageContent) -> tuple[list[LabelledRegion], list
         if element.label in ("figure", "table"):
             graphic = [b for b, m in zip(content.graphics + content.images,
                                          content.graphics_mcid + content.images_mcid) if m in element.mcids]
-            box = _union([content.words[j].box for j in word_ids] + graphic)
+            box = union([content.words[j].box for j in word_ids] + graphic)
             if box is not None:
                 index_of[id(element)] = len(regions)
                 regions.append(LabelledRegion(element.label, box, word_ids))
             continue
         for piece in _pieces(content, word_ids):
             index_of.setdefault(id(element), len(regions))
-            regions.append(LabelledRegion(element.label, _union(content.words[j].box for j in piece), piece))
+            regions.append(LabelledRegion(element.label, union(content.words[j].box for j in piece), piece))
     grids = []
     for element in elements:
         if element.label == "table" and id(element) in index_of and element.rows:
