@@ -16,6 +16,10 @@ log = logging.getLogger(__name__)
 # LayoutLM's boxes for the special tokens: [CLS] covers nothing, [SEP] the far corner.
 CLS_BOX = (0, 0, 0, 0)
 SEP_BOX = (LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE)
+# WordPiece tokens read per page. Real manuals have 300-1,500 words at ~1.7 tokens per word
+# (identifiers, paths and numbers split into many pieces), so 3,072 keeps every word of a
+# 1,500-word page; the text encoder and the fusion trunk read long pages in windows.
+MAX_OCR_TOKENS = 3072
 
 
 def default_vocab_dir() -> Path:
@@ -53,7 +57,7 @@ class EncodedWords:
 class OcrTokenizer:
     """WordPiece over OCR words; every sub-token carries its word's box (LayoutLM convention)."""
 
-    def __init__(self, vocab_dir: str | Path | None = None, max_length: int = 256) -> None:
+    def __init__(self, vocab_dir: str | Path | None = None, max_length: int = MAX_OCR_TOKENS) -> None:
         self.vocab_dir = str(vocab_dir or default_vocab_dir())
         self.max_length = max_length
         self.truncated_words_total = 0

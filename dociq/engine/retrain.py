@@ -194,7 +194,7 @@ class TrainJob:
             },
             "val_set": None,
             "image_size": "${model.image_size}", "batch_size": self.batch_size, "seed": "${seed}",
-            "num_workers": 1, "tokenizer": {"vocab_dir": None, "max_length": 256},
+            "num_workers": 1, "tokenizer": {"vocab_dir": None, "max_length": 3072},
             "question_context_length": 32, "questions": True, "max_questions": 8,
             "max_question_words": 12, "points_per_prompt": 1, "image_masking": None, "text_masking": None,
         }

@@ -31,6 +31,10 @@ class FusionConfig:
     num_heads: int = 4
     mlp_ratio: float = 4.0
     dropout: float = 0.0
+    # Text self-attention runs in windows of this many tokens of reading order, shifted by half a
+    # window in every other block (Swin), so a 3,000-token page costs linear, not quadratic,
+    # time; null = global attention. Cross-attention to the image is always global.
+    text_window: int | None = 512
 
 
 FUSION_SIZES: dict[str, FusionConfig] = {
@@ -66,6 +70,29 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(B, Nq, D))
 
 
+def windowed_self_attention(attn: Attention, x: torch.Tensor, key_mask: torch.Tensor | None,
+                            window: int | None, shift: bool = False) -> torch.Tensor:
+    """`attn(x, x, key_mask)` restricted to consecutive windows of `window` tokens.
+
+    x [B,T,D], key_mask bool [B,T] (True = attend). With `shift` the windows start half a window
+    later, so alternating blocks let information cross every window boundary. Sequences no
+    longer than one window take the global path unchanged."""
+    b, t, d = x.shape
+    if window is None or t <= window:
+        return attn(x, x, key_mask)
+    offset = window // 2 if shift else 0
+    mask = torch.ones(b, t, dtype=torch.bool, device=x.device) if key_mask is None else key_mask.bool()
+    n_win = -(-(t + offset) // window)
+    pad_after = n_win * window - t - offset
+    xw = F.pad(x, (0, 0, offset, pad_after)).view(b * n_win, window, d)
+    mw = F.pad(mask, (offset, pad_after), value=False).view(b * n_win, window)
+    # A window of padding alone would give all -inf rows (NaN): let it attend to its first slot;
+    # its outputs are padding and are cut off below.
+    mw[:, 0] |= ~mw.any(dim=1)
+    out = attn(xw, xw, mw).view(b, n_win * window, d)
+    return out[:, offset:offset + t]
+
+
 class MLP(nn.Sequential):
     def __init__(self, dim: int, ratio: float, dropout: float = 0.0) -> None:
         hidden = int(dim * ratio)
@@ -76,8 +103,10 @@ class MLP(nn.Sequential):
 class FusionBlock(nn.Module):
     """Pre-norm: self-attention per stream, cross-attention both ways, MLP per stream."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, dropout: float = 0.0) -> None:
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, dropout: float = 0.0,
+                 text_window: int | None = None, shift: bool = False) -> None:
         super().__init__()
+        self.text_window, self.shift = text_window, shift
         self.norm_img_self, self.norm_txt_self = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.img_self = Attention(dim, num_heads, dropout)
         self.txt_self = Attention(dim, num_heads, dropout)
@@ -95,7 +124,7 @@ class FusionBlock(nn.Module):
         x = self.norm_img_self(img)
         img = img + self.img_self(x + img_pos, x + img_pos)
         t = self.norm_txt_self(txt)
-        txt = txt + self.txt_self(t + txt_pos, t + txt_pos, txt_mask)
+        txt = txt + windowed_self_attention(self.txt_self, t + txt_pos, txt_mask, self.text_window, self.shift)
         # Both cross-attentions read the streams as they are after self-attention.
         qi, kt = self.norm_img_q(img) + img_pos, self.norm_txt_kv(txt) + txt_pos
         qt, ki = self.norm_txt_q(txt) + txt_pos, self.norm_img_kv(img) + img_pos
@@ -107,7 +136,8 @@ class FusionBlock(nn.Module):
 
 class FusionTrunk(nn.Module):
     def __init__(self, image_dim: int, text_dim: int, dim: int = 128, depth: int = 2,
-                 num_heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0) -> None:
+                 num_heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
+                 text_window: int | None = 512) -> None:
         super().__init__()
         self.dim = dim
         self.image_in = nn.Sequential(nn.LayerNorm(image_dim), nn.Linear(image_dim, dim))
@@ -115,7 +145,8 @@ class FusionTrunk(nn.Module):
         self.mask_token = nn.Parameter(torch.zeros(dim))
         nn.init.normal_(self.mask_token, std=0.02)
         self.blocks = nn.ModuleList(
-            FusionBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
+            FusionBlock(dim, num_heads, mlp_ratio, dropout, text_window, shift=i % 2 == 1)
+            for i in range(depth))
         self.norm_img, self.norm_txt = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self._pos_cache: dict[tuple[int, int], torch.Tensor] = {}
 

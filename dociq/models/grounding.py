@@ -32,27 +32,36 @@ from torch import Tensor, nn
 from dociq.data.lexical import NUM_MATCH_CODES
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.common import resolve_size
-from dociq.models.fusion import MLP, Attention
+from dociq.models.fusion import MLP, Attention, windowed_self_attention
 from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
 from dociq.models.prompt_encoder import POSITIVE_POINT as POSITIVE_LABEL
 
 GROUNDING_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True),
-    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16, alignment=True),
+    # window: self-attention over the page's tokens in windows of reading order (shifted by half
+    # a window every other block); a grounding runs once per prompt, so on a 3,000-token page
+    # global attention would cost ~10x the rest of the step. Rows and columns of matched words
+    # reach every token through the alignment features, whatever the window.
+    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True, window=256),
+    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16, alignment=True, window=512),
 }
 
 
-def row_column_overlap(boxes: Tensor) -> tuple[Tensor, Tensor]:
+def row_column_overlap(boxes: Tensor, others: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """How much two tokens share a text line and a column: the overlap of their y- (x-) extents
-    over the smaller extent, [B, T, T] each in 0..1, zero on the diagonal (a word is not its own
-    neighbour)."""
-    b = boxes.float()
-    def overlap(lo: Tensor, hi: Tensor) -> Tensor:
-        inter = (torch.minimum(hi[..., :, None], hi[..., None, :]) - torch.maximum(lo[..., :, None], lo[..., None, :]))
-        size = (hi - lo).clamp(min=1.0)
-        out = inter.clamp(min=0) / torch.minimum(size[..., :, None], size[..., None, :])
-        return out * (1 - torch.eye(out.shape[-1], device=out.device, dtype=out.dtype))
-    return overlap(b[..., 1], b[..., 3]), overlap(b[..., 0], b[..., 2])
+    over the smaller extent, in 0..1. boxes [B, T, 4] against `others` [B, S, 4] (default: the
+    same boxes, with zero on the diagonal — a word is not its own neighbour) -> [B, T, S] each."""
+    same = others is None
+    a = boxes.float()
+    o = a if same else others.float()
+
+    def overlap(lo: Tensor, hi: Tensor, lo2: Tensor, hi2: Tensor) -> Tensor:
+        inter = torch.minimum(hi[..., :, None], hi2[..., None, :]) - torch.maximum(lo[..., :, None], lo2[..., None, :])
+        size, size2 = (hi - lo).clamp(min=1.0), (hi2 - lo2).clamp(min=1.0)
+        out = inter.clamp(min=0) / torch.minimum(size[..., :, None], size2[..., None, :])
+        if same:
+            out = out * (1 - torch.eye(out.shape[-1], device=out.device, dtype=out.dtype))
+        return out
+    return overlap(a[..., 1], a[..., 3], o[..., 1], o[..., 3]), overlap(a[..., 0], a[..., 2], o[..., 0], o[..., 2])
 
 
 def box_coverage(boxes: Tensor, height: int, width: int) -> Tensor:
@@ -91,15 +100,25 @@ def rasterise(features: Tensor, coverage: Tensor, grid: tuple[int, int]) -> Tens
 def matched_on_line_and_column(matched: Tensor, boxes: Tensor) -> tuple[Tensor, Tensor]:
     """For prompt n, question word j and token t: the largest line (column) overlap between t and a
     token that matches word j. matched [N, J, T] (0/1, N = B*Q image-major), boxes [B, T, 4] ->
-    two [N, J, T]. One page at a time, so the [Q, J, T, T] intermediate stays bounded (about
-    100 MB at T = 512)."""
+    two [N, J, T]. Only the matched tokens' rows of the overlap are read, so memory grows with
+    the number of matches times T, not Q*J*T*T (a page of 3,000 tokens has ~9M token pairs)."""
     n, j, t = matched.shape
     b = boxes.shape[0]
-    row, column = row_column_overlap(boxes)                                          # [B, T, T]
-    per_page = matched.view(b, n // b, j, 1, t)
-    in_row = torch.stack([(per_page[i] * row[i]).amax(-1) for i in range(b)]).view(n, j, t)
-    in_column = torch.stack([(per_page[i] * column[i]).amax(-1) for i in range(b)]).view(n, j, t)
-    return in_row, in_column
+    q = n // b
+    in_row = torch.zeros(n * j, t, device=boxes.device)
+    in_column = torch.zeros_like(in_row)
+    for i in range(b):
+        prompt_word, token = matched[i * q:(i + 1) * q].reshape(q * j, t).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        row, column = row_column_overlap(boxes[i:i + 1, token], boxes[i:i + 1])      # [1, K, T]
+        own = torch.arange(token.numel(), device=token.device)
+        row[0, own, token] = 0      # a word is not its own neighbour
+        column[0, own, token] = 0
+        target = (prompt_word + i * q * j)[:, None].expand(-1, t)
+        in_row.scatter_reduce_(0, target, row[0], reduce="amax")
+        in_column.scatter_reduce_(0, target, column[0], reduce="amax")
+    return in_row.view(n, j, t), in_column.view(n, j, t)
 
 
 class BoxFourierFeatures(nn.Module):
@@ -123,8 +142,10 @@ class GroundingBlock(nn.Module):
     """Pre-norm: self-attention over the page's tokens (positions on q/k), cross-attention to
     the question tokens, MLP."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float) -> None:
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, window: int | None = None,
+                 shift: bool = False) -> None:
         super().__init__()
+        self.window, self.shift = window, shift
         self.norm_self, self.norm_cross, self.norm_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.self_attn = Attention(dim, num_heads)
         self.cross_attn = Attention(dim, num_heads)
@@ -132,7 +153,7 @@ class GroundingBlock(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor, key_mask: Tensor, question: Tensor) -> Tensor:
         h = self.norm_self(x) + pos
-        x = x + self.self_attn(h, h, key_mask)
+        x = x + windowed_self_attention(self.self_attn, h, key_mask, self.window, self.shift)
         x = x + self.cross_attn(self.norm_cross(x) + pos, question)
         return x + self.mlp(self.norm_mlp(x))
 
@@ -148,7 +169,8 @@ class Grounding:
 
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
-                 mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True) -> None:
+                 mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True,
+                 window: int | None = None) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
         tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
         alignment: also tell each token which question words are matched on its text line and in
@@ -163,7 +185,8 @@ class WordGrounding(nn.Module):
         self.match_embed = nn.Embedding(NUM_MATCH_CODES, dim)   # summed over matched question words
         self.best_match_embed = nn.Embedding(NUM_MATCH_CODES, dim)
         self.pos = BoxFourierFeatures(dim, num_frequencies)
-        self.blocks = nn.ModuleList(GroundingBlock(dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.blocks = nn.ModuleList(GroundingBlock(dim, num_heads, mlp_ratio, window, shift=i % 2 == 1)
+                                    for i in range(depth))
         self.norm_out = nn.LayerNorm(dim)
         self.relevance_head = nn.Linear(dim, 1)
         self.to_dense = nn.Linear(dim + 1, dim)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertModel
 
@@ -198,12 +199,23 @@ class TextEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, boxes: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:
-        if ids.shape[1] > self.max_length:
-            raise ValueError(f"{ids.shape[1]} tokens exceed the text encoder's "
-                             f"{self.max_length} positions: truncate OCR tokens in the collator")
         embeds = self.word_embeddings(ids) + self.layout(boxes)
-        out = self.bert(inputs_embeds=embeds, attention_mask=attention_mask.long())
-        return out.last_hidden_state
+        b, t, d = embeds.shape
+        window = self.max_length
+        if t <= window:
+            return self.bert(inputs_embeds=embeds, attention_mask=attention_mask.long()).last_hidden_state
+        # A page longer than BERT's position table is read in consecutive windows of reading
+        # order, each with positions 0..window-1 (a pretrained BERT stays in its trained range);
+        # the 2-D layout embedding tells every token where on the page it is, and the fusion
+        # trunk's shifted windows connect neighbouring ones.
+        n_win = -(-t // window)
+        pad = n_win * window - t
+        windows = F.pad(embeds, (0, 0, 0, pad)).view(b * n_win, window, d)
+        masks = F.pad(attention_mask.bool(), (0, pad), value=False).view(b * n_win, window)
+        used = masks.any(dim=1)            # windows of padding alone are not encoded
+        out = windows.new_zeros(windows.shape)
+        out[used] = self.bert(inputs_embeds=windows[used], attention_mask=masks[used].long()).last_hidden_state
+        return out.view(b, n_win * window, d)[:, :t]
 
 
 class MLMHead(nn.Module):
