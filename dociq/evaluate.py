@@ -20,6 +20,10 @@ form fields, the large ones paragraphs, tables and figures.
 mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
 printed table; counts per kind are reported next to it.
 
+Real pages: `--data corpus --corpus data/corpus --split val` asks the same prompts on the held-out
+split of a `dociq corpus build` (docs/corpus.md: split by document, weakly labelled regions and
+their questions).
+
 COCO layout detection (DocLayNet / PubLayNet / `scripts/make_synthetic.py` folders):
 
     python -m dociq.evaluate CKPT --data coco --annotations DIR/annotations.json [--image-dir DIR/images]
@@ -58,6 +62,10 @@ from dociq.track import track
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "question_no_ocr": (("question",), False), "box_region": (("box",), True),
                "point_region": (("point",), True)}
+# Text-free heuristics scored on the same prompts and targets (no model): a layout question is
+# answered by all the words' area, a reading or cell question by the boxes of the words it names,
+# a box prompt by the box itself. A model that does not beat them has not learnt the task.
+HEURISTIC_SETS = ("heuristic_question", "heuristic_box")
 VAL_SEED = 1000003
 # Region size classes of the *_region prompt sets: (name, upper bound of the page fraction).
 REGION_SIZES = (("small", 0.01), ("medium", 0.05), ("large", float("inf")))
@@ -80,17 +88,26 @@ def load_task(path: str | Path) -> SegmentTask:
 
 
 @torch.no_grad()
-def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_size: int = 8,
-             max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS)) -> dict:
-    """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} on held-out synthetic pages."""
+def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
+             max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS),
+             data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False) -> dict:
+    """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} on held-out pages: the first
+    `pages` of `data` (e.g. a corpus's val split; None: all of it), or by default `pages` held-out
+    synthetic pages of `seed`."""
     image_size = int(task.hparams["model"]["image_size"])
     context = task.model.prompt_encoder.question_encoder.context_length
-    data = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
+    if data is None:
+        data = SyntheticDocuments(num_pages=pages or 128, image_size=image_size, seed=seed, degrade=0.3)
+    pages = len(data) if pages is None else min(pages, len(data))
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
     sizes = tuple(name for name, _ in REGION_SIZES)
     metrics = {name: SegmentationMetrics(kinds=sizes if name.endswith("_region") else QUESTION_KINDS)
                for name in prompt_sets}
+    if heuristics:
+        metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
+    snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
+    metrics |= {f"{name}_snap": SegmentationMetrics(kinds=metrics[name].kinds) for name in snapped_sets}
     use_ocr = task.use_ocr
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
@@ -106,6 +123,15 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
                 out = task.run_rounds(b, 1, kinds=prompt_kinds)
                 valid = out["valid"]
                 metrics[name].update(out["masks"][valid] > 0, out["targets"][valid] > 0.5, kinds)
+                if name in snapped_sets:
+                    snapped = snap_batch(out["masks"] > 0, b, image_size)
+                    metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
+            if heuristics:
+                kinds = [k for page in batch["prompt_kind"] for k in page]
+                valid = batch["prompt_valid"].reshape(-1)
+                targets = batch["masks"].flatten(0, 1)[valid] > 0.5
+                for name, masks in heuristic_masks(batch, image_size).items():
+                    metrics[name].update(masks.flatten(0, 1)[valid], targets, kinds)
     finally:
         task.use_ocr = use_ocr
     results = {}
@@ -114,6 +140,54 @@ def evaluate(task: SegmentTask, pages: int = 128, seed: int = VAL_SEED, batch_si
         counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
         results[name] = values | counts
     return results
+
+
+def word_boxes_in_frame(batch: dict, i: int, size: int) -> np.ndarray:
+    """Page i's word boxes in pixels of the `size` input frame, one row per word."""
+    from dociq.data.schema import LAYOUT_SCALE
+    from dociq.models.grounding import first_subtokens
+
+    first = first_subtokens(batch["ocr_word_index"][i:i + 1])[0] & batch["ocr_mask"][i]
+    return batch["ocr_boxes"][i][first].float().numpy() * size / LAYOUT_SCALE
+
+
+def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
+    """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words."""
+    from dociq.models.word_snap import snap_to_words
+
+    b = batch["ocr_ids"].shape[0]
+    q = masks.shape[0] // b
+    boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
+    return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
+
+
+def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
+    """The text-free answers of HEURISTIC_SETS for every prompt of a collated batch, bool
+    [B, Q, size, size] each (the input frame the targets are in)."""
+    from dociq.data.schema import LAYOUT_SCALE
+
+    b, q = batch["prompt_valid"].shape
+    boxes = (batch["ocr_boxes"].float() * size / LAYOUT_SCALE).round().long().clamp(0, size)
+    is_word = batch["ocr_mask"] & (batch["ocr_word_index"] >= 0)
+    words_area = torch.zeros(b, size, size, dtype=torch.bool)
+    named = torch.zeros(b, q, size, size, dtype=torch.bool)
+    matched = (batch["prompt_match"] > 0).any(2) & is_word[:, None]            # [B, Q, T]
+    for i in range(b):
+        for t in is_word[i].nonzero()[:, 0].tolist():
+            x0, y0, x1, y1 = boxes[i, t].tolist()
+            words_area[i, y0:y1, x0:x1] = True
+            for k in matched[i, :, t].nonzero()[:, 0].tolist():
+                named[i, k, y0:y1, x0:x1] = True
+    reading = torch.tensor([[kind in ("reading", "cell") for kind in kinds] + [False] * (q - len(kinds))
+                            for kinds in batch["prompt_kind"]])
+    question = torch.where(reading[..., None, None], named, words_area[:, None].expand(-1, q, -1, -1))
+    box = torch.zeros(b, q, size, size, dtype=torch.bool)
+    corners = batch["boxes"].round().long().clamp(0, size)
+    for i in range(b):
+        for k in range(q):
+            x0, y0, x1, y1 = corners[i, k].tolist()
+            box[i, k, y0:y1, x0:x1] = True    # mask_box: x1, y1 exclusive
+    return {"heuristic_question": question, "heuristic_box": box}
 
 
 def region_size(mask) -> str:
@@ -238,13 +312,20 @@ def _category_map(items: Sequence[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dociq eval", description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", nargs="+")
-    p.add_argument("--data", choices=("synthetic", "coco"), default="synthetic",
-                   help="synthetic held-out pages (default) or a COCO layout set (--annotations)")
-    p.add_argument("--pages", type=int, default=128)
+    p.add_argument("--data", choices=("synthetic", "corpus", "coco"), default="synthetic",
+                   help="synthetic held-out pages (default), a real corpus's held-out split (--corpus), "
+                        "or a COCO layout set (--annotations)")
+    p.add_argument("--pages", type=int, default=None,
+                   help="pages to evaluate (default: 128 synthetic, all of a corpus split)")
     p.add_argument("--seed", type=int, default=VAL_SEED, help="synthetic data seed of the held-out pages")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-questions", type=int, default=8)
     p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
+    corpus = p.add_argument_group("--data corpus")
+    corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
+    corpus.add_argument("--split", default="val", help="its split (val: documents no training page comes from; "
+                        "'all' for every page, e.g. of packages no training page comes from)")
+    corpus.add_argument("--packages", nargs="+", default=None, help="only these source packages")
     coco = p.add_argument_group("--data coco")
     coco.add_argument("--annotations", help="the COCO annotation JSON")
     coco.add_argument("--image-dir", help="where its file_names live (default: images/ beside it, or its folder)")
@@ -257,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
                       "(default: all three)")
     coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
     coco.add_argument("--stability-score-thresh", type=float, default=0.8)
+    p.add_argument("--heuristics", action="store_true",
+                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
+    p.add_argument("--snap", action="store_true",
+                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -277,10 +362,18 @@ def main(argv: list[str] | None = None) -> int:
                     pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
                 continue
             task = load_task(path)
+            data = None
+            if args.data == "corpus":
+                from dociq.data.corpus.dataset import CorpusDocuments
+
+                data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                                       packages=args.packages)
         except (FileNotFoundError, ValueError) as err:
             print(f"dociq eval: error: {err}", file=sys.stderr)
             return 2
-        results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts)
+        results[path] = evaluate(task, args.pages if args.pages or args.data == "corpus" else 128, args.seed,
+                                 args.batch_size, args.max_questions, args.prompts, data=data,
+                                 heuristics=args.heuristics, snap=args.snap)
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -50,6 +50,7 @@ from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+from dociq.models.word_snap import snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
                                     remove_ocr_words)
@@ -64,8 +65,10 @@ class Predictor:
 
     def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
                  ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu",
-                 max_question_words: int = 12) -> None:
+                 max_question_words: int = 12, snap_to_words: bool = False) -> None:
         self.device = check_device(device)
+        # Snap the text parts of each mask to the box around its OCR words (dociq.models.word_snap).
+        self.snap_to_words = snap_to_words
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -317,7 +320,11 @@ class Predictor:
         out = logits if return_logits else logits > threshold
         if not multimask_output:
             out = out[:, 0]
-        return out.cpu().numpy(), scores.cpu().numpy(), low_res.cpu().numpy()
+        out = out.cpu().numpy()
+        if self.snap_to_words and not return_logits and self.use_ocr and len(page.words):
+            flat = out.reshape(-1, *out.shape[-2:])
+            out = np.stack([snap_to_words(m, page.word_boxes) for m in flat]).reshape(out.shape)
+        return out, scores.cpu().numpy(), low_res.cpu().numpy()
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]

@@ -44,9 +44,8 @@ def label_map(page: Page) -> np.ndarray:
 def unit_labels(page: Page, image_size: int, unit_px: int, min_cover: float = 0.25) -> torch.Tensor:
     """int [num_units] (raster order) class of each mask unit of the page's input frame."""
     labels = label_map(page)
-    scale = image_size / max(page.size)
     onehot = np.stack([labels == c for c in range(len(CLASSES))])                  # [C, H, W]
-    frame = _masks_to_input_frame(onehot, image_size, scale)                         # [C, S, S]
+    frame = _masks_to_input_frame(onehot, image_size)                              # [C, S, S]
     grid = image_size // unit_px
     cover = F.avg_pool2d(frame[None], unit_px)[0].reshape(len(CLASSES), grid * grid)  # [C, N]
     cover[0] = 0.0                                                                  # padding reads as background too

@@ -13,6 +13,7 @@ to the page. Reported: medians in ms, by the wall clock and by this process's CP
     python scripts/bench_predictor.py CKPT_OR_FOLDER         # a stage=finetune .ckpt or a from_pretrained folder
     python scripts/bench_predictor.py --model base --repeats 1 --prompts 5    # model=base, 1024 px, random init
     python scripts/bench_predictor.py --json                 # one JSON object instead of the table
+    python scripts/bench_predictor.py CKPT --corpus data/corpus   # the densest held-out real page
 
 Results: docs/predict.md.
 """
@@ -60,6 +61,15 @@ def bench_page(height: int, width: int, seed: int):
     return SyntheticDocuments(1, image_size=(height, width), seed=seed)[0]
 
 
+def densest_corpus_page(root: str):
+    """The held-out (val) page of a `dociq corpus build` with the most OCR words."""
+    from dociq.data.corpus.dataset import CorpusDocuments
+
+    docs = CorpusDocuments(root=root, split="val")
+    best = max(range(len(docs)), key=lambda i: len(docs[i].words))
+    return docs[best]
+
+
 class Timer:
     def __init__(self):
         self.wall, self.cpu = [], []
@@ -78,7 +88,7 @@ class Timer:
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
     predictor = build_predictor(args.checkpoint, args.model, args.device)
-    page = bench_page(args.page_height, args.page_width, args.seed)
+    page = densest_corpus_page(args.corpus) if args.corpus else bench_page(args.page_height, args.page_width, args.seed)
     rng = np.random.default_rng(args.seed)
     questions = [q.text for q in page.questions] or ["the title"]
     boxes = page.word_boxes if len(page.word_boxes) else np.array([[10, 10, 200, 60]], np.float32)
@@ -117,9 +127,11 @@ def run(args) -> dict:
     rows = {name: {**t.median(), "share_of_first": t.median()["wall_ms"] / first_m["wall_ms"],
                    "share_of_first_cpu": t.median()["cpu_ms"] / first_m["cpu_ms"]} for name, t in kinds.items()}
     params = sum(p.numel() for p in predictor.model.parameters())
+    tokens = predictor.collator.ocr_tokenizer(page.words, np.zeros((len(page.words), 4), np.int64))
     return {"model": "checkpoint" if args.checkpoint else args.model, "checkpoint": args.checkpoint,
             "image_size": predictor.image_size, "params_M": params / 1e6, "page_hw": [h, w],
-            "ocr_words": len(page.words), "threads": args.threads, "device": args.device,
+            "ocr_words": len(page.words), "ocr_tokens": len(tokens.ids), "ocr_words_cut": tokens.truncated_words,
+            "threads": args.threads, "device": args.device,
             "set_image": embed.median(), "first_prompt": first_m, "after_set_image": rows,
             "target": "a prompt after set_image <= 10% of the first",
             "meets_target": all(r["share_of_first"] <= 0.10 for k, r in rows.items() if "one call" not in k),
@@ -128,7 +140,8 @@ def run(args) -> dict:
 
 def table(result: dict) -> str:
     lines = [f"model={result['model']} ({result['params_M']:.1f} M parameters, {result['image_size']}-px input), "
-             f"page {result['page_hw'][0]}x{result['page_hw'][1]} px with {result['ocr_words']} OCR words, "
+             f"page {result['page_hw'][0]}x{result['page_hw'][1]} px with {result['ocr_words']} OCR words "
+             f"({result['ocr_tokens']} tokens, {result['ocr_words_cut']} words cut), "
              f"{result['threads']} thread(s), {result['device']}, load average "
              f"{' '.join(f'{v:.2f}' for v in result['load_average'])}", "",
              "| step | wall ms (median) | CPU ms (median) | n | share of the first prompt (wall / CPU) |",
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=20, help="prompts of each kind after set_image (median)")
     p.add_argument("--repeats", type=int, default=3, help="set_image + first prompt repeats (median)")
     p.add_argument("--batch-questions", type=int, default=8, help="questions in the one-call batch row")
+    p.add_argument("--corpus", default=None, help="bench on the densest held-out page of this corpus folder instead")
     p.add_argument("--page-height", type=int, default=1100)
     p.add_argument("--page-width", type=int, default=850)
     p.add_argument("--seed", type=int, default=0)

@@ -3,6 +3,7 @@
     python scripts/plot_predictions.py CKPT [--pages 2] [--questions 3]   # -> <run>/predictions.png
     python scripts/plot_predictions.py CKPT --out docs/img/predictions.png  # the docs figure: explicit
     python scripts/plot_predictions.py CKPT --clicks                        # one click per region instead
+    python scripts/plot_predictions.py CKPT --corpus data/corpus --pages 4  # held-out real pages (val split)
 
 Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
 <run>/checkpoints/*.ckpt), else to ./predictions.png; never into docs/ by default.
@@ -16,19 +17,31 @@ random pixel of it (the yellow cross), target that region (SAM's click prompt).
 from __future__ import annotations
 
 import argparse
+import random
 from pathlib import Path
 
 
 VAL_SEED = 1000003   # configs/data/synthetic.yaml: val_set.seed
 
 
-def collect(predictor, pages: int, questions: int, seed: int, image_size: int) -> list[dict]:
-    from dociq.data.synthetic import SyntheticDocuments
+def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | None, split: str = "val"):
+    """`pages` held-out pages: synthetic ones of `seed`, or a corpus split's pages spread over it."""
+    if corpus is None:
+        from dociq.data.synthetic import SyntheticDocuments
 
-    docs = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
+        docs = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
+        return [docs[i] for i in range(pages)]
+    from dociq.data.corpus.dataset import CorpusDocuments
+
+    docs = CorpusDocuments(root=corpus, split=split)
+    picks = random.Random(seed).sample(range(len(docs)), k=min(pages, len(docs)))
+    return [docs[i] for i in picks]
+
+
+def collect(predictor, pages: int, questions: int, seed: int, image_size: int,
+            corpus: str | None = None) -> list[dict]:
     rows = []
-    for i in range(pages):
-        page = docs[i]
+    for page in held_out_pages(pages, seed, image_size, corpus):
         chosen, seen = [], set()
         for q in page.questions:      # one question per kind first, then the rest
             if q.kind not in seen and q.mask.any():
@@ -45,18 +58,16 @@ def collect(predictor, pages: int, questions: int, seed: int, image_size: int) -
     return rows
 
 
-def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: int) -> list[dict]:
+def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: int,
+                   corpus: str | None = None) -> list[dict]:
     """One row per region: a single click at a random pixel of it, target that region."""
     import numpy as np
 
     from dociq.data.schema import Question
-    from dociq.data.synthetic import SyntheticDocuments
 
-    docs = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
     rng = np.random.default_rng(seed)
     rows = []
-    for i in range(pages):
-        page = docs[i]
+    for page in held_out_pages(pages, seed, image_size, corpus):
         regions = [r for r in page.regions if r.mask.any()]
         picked = rng.choice(len(regions), size=min(per_page, len(regions)), replace=False)
         predictor.set_image(page.image, words=page.words, word_boxes=page.word_boxes)
@@ -74,7 +85,7 @@ def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: 
     return rows
 
 
-def plot(rows: list[dict], out: Path, columns: int = 3) -> None:
+def plot(rows: list[dict], out: Path, columns: int = 3, source: str = "held-out synthetic pages") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -95,7 +106,7 @@ def plot(rows: list[dict], out: Path, columns: int = 3) -> None:
             ax.plot(*row["click"], marker="x", color="yellow", markersize=9, markeredgewidth=2.5)
         text = q.text if len(q.text) <= 48 else q.text[:45] + "..."
         ax.set_title(f"[{q.kind}] {text}\nIoU {row['iou']:.2f}  (predicted {row['score']:.2f})", fontsize=8)
-    fig.suptitle("red: predicted mask, green: target (held-out synthetic pages)", fontsize=10)
+    fig.suptitle(f"red: predicted mask, green: target ({source})", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -117,14 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
+    p.add_argument("--corpus", default=None,
+                   help="draw held-out real pages: a `dociq corpus build` folder (its val split; green: weak labels)")
     args = p.parse_args(argv)
     args.out = args.out or default_out(args.checkpoint)
     from dociq.predict import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
     gather = collect_clicks if args.clicks else collect
-    rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size)
-    plot(rows, args.out)
+    rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
+    plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")
     print(f"wrote {args.out}: " + ", ".join(f"{r['question'].kind} IoU {r['iou']:.2f}" for r in rows))
 
 

@@ -88,12 +88,46 @@ def test_overlay_tints_only_masked_pixels():
     assert out[0, 0].any() and not out[1:, :].any()
 
 
-def test_words_past_the_ocr_budget_are_reported(predictor, caplog):
-    page = np.full((200, 200, 3), 255, np.uint8)
-    words = [f"word{i}" for i in range(400)]              # far more WordPiece tokens than the budget
-    boxes = [[(i % 20) * 10, (i // 20) * 10, (i % 20) * 10 + 9, (i // 20) * 10 + 8] for i in range(400)]
+def _grid_words(words):
+    boxes = [[(i % 40) * 25, (i // 40) * 12, (i % 40) * 25 + 22, (i // 40) * 12 + 10] for i in range(len(words))]
+    return words, boxes
+
+
+def test_a_page_of_1500_words_is_read_whole(predictor, caplog):
+    """A dense real page (1,500 words of running text) reaches the model without losing a word."""
+    vocab = "the system file configuration user manual page command option default value network".split()
+    words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(1500)])
+    page = np.full((500, 1000, 3), 255, np.uint8)
     with caplog.at_level("WARNING", logger="dociq.predict"):
-        masks, _ = predictor.predict(page, question="where is word399?", words=words, word_boxes=boxes)
-    assert masks.shape == (1, 200, 200)
-    assert any("did not fit the model's OCR budget" in r.message and "of 400 OCR words" in r.message
+        masks, _ = predictor.predict(page, question="where is the network option?", words=words, word_boxes=boxes)
+    assert masks.shape == (1, 500, 1000)
+    assert not any("OCR budget" in r.message for r in caplog.records)
+    encoded = predictor.collator.ocr_tokenizer(words, np.zeros((1500, 4), np.int64))
+    assert encoded.truncated_words == 0 and int(encoded.word_index.max()) == 1499
+
+
+def test_words_past_the_ocr_budget_are_reported(predictor, caplog):
+    words, boxes = _grid_words([f"word{i}" for i in range(1600)])   # ~3 WordPiece tokens each: > 3,072
+    page = np.full((500, 1000, 3), 255, np.uint8)
+    with caplog.at_level("WARNING", logger="dociq.predict"):
+        masks, _ = predictor.predict(page, question="where is word1599?", words=words, word_boxes=boxes)
+    assert masks.shape == (1, 500, 1000)
+    assert any("did not fit the model's OCR budget" in r.message and "of 1600 OCR words" in r.message
                for r in caplog.records)
+
+
+def test_snap_to_words_snaps_every_returned_mask(predictor):
+    from dociq.models.word_snap import snap_to_words
+
+    vocab = "install the package then run the command".split()
+    words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
+    page = np.full((500, 1000, 3), 255, np.uint8)
+    predictor.set_image(page, words=words, word_boxes=boxes)
+    raw, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
+    predictor.snap_to_words = True
+    try:
+        snapped, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
+    finally:
+        predictor.snap_to_words = False
+    for r, s in zip(raw, snapped):
+        assert np.array_equal(s, snap_to_words(r, np.asarray(boxes, float)))

@@ -51,13 +51,14 @@ def _to_input_frame(image: np.ndarray, target: int) -> tuple[torch.Tensor, float
     return (canvas - mean) / std, nh / h
 
 
-def _masks_to_input_frame(masks: np.ndarray, target: int, scale: float) -> torch.Tensor:
-    """bool [Q,H,W] -> float [Q,target,target] by nearest resize and zero padding."""
+def _masks_to_input_frame(masks: np.ndarray, target: int) -> torch.Tensor:
+    """bool [Q,H,W] page-sized masks -> float [Q,target,target] by nearest resize to the image's
+    own resized size (`resize_longest_side`) and zero padding."""
     q, h, w = masks.shape
     out = torch.zeros(q, target, target)
     if q == 0:
         return out
-    nh, nw = max(1, int(round(h * scale))), max(1, int(round(w * scale)))
+    nh, nw = resize_longest_side((h, w), target)
     m = torch.from_numpy(_writable(masks)).float()
     if (nh, nw) != (h, w):
         m = F.interpolate(m[None], size=(nh, nw), mode="nearest")[0]
@@ -196,7 +197,7 @@ class DocumentCollator:
         batch: dict = {"image": torch.stack(images), "skipped": skipped}
         self._add_ocr(batch, encoded)
         if self.questions:
-            self._add_questions(batch, pages, scales, g)
+            self._add_questions(batch, pages, g)
             self._add_lexical_match(batch, pages)
         batch["meta"] = [dict(page.meta, original_size=page.size, scale=s) for page, s in zip(pages, scales)]
         if self.image_masking is not None:
@@ -223,7 +224,7 @@ class DocumentCollator:
         batch.update(ocr_ids=ids, ocr_mask=mask, ocr_boxes=boxes, ocr_word_index=word_index,
                      ocr_truncated=torch.tensor([e.truncated_words for e in encoded]))
 
-    def _add_questions(self, batch: dict, pages: list[Page], scales: list[float], g: torch.Generator) -> None:
+    def _add_questions(self, batch: dict, pages: list[Page], g: torch.Generator) -> None:
         b, size = len(pages), self.image_size
         chosen = []
         for page in pages:
@@ -242,18 +243,18 @@ class DocumentCollator:
         point_labels = torch.full((b, q_max, self.points_per_prompt), -1, dtype=torch.long)
         boxes = torch.zeros(b, q_max, 4)
         kinds: list[list[str]] = []
-        for i, (page, qs, scale) in enumerate(zip(pages, chosen, scales)):
+        for i, (page, qs) in enumerate(zip(pages, chosen)):
             kinds.append([q.kind for q in qs])
             if not qs:
                 continue
             n = len(qs)
             prompt_ids[i, :n] = self.question_tokenizer([q.text for q in qs])
             valid[i, :n] = True
-            masks[i, :n] = _masks_to_input_frame(np.stack([q.mask for q in qs]), size, scale)
+            masks[i, :n] = _masks_to_input_frame(np.stack([q.mask for q in qs]), size)
             # The click lies on one region of the answer: with the question its target is the
             # answer, alone (a click-only prompt) it is that region (dociq/tasks/segment.py).
             region_masks[i, :n] = _masks_to_input_frame(
-                np.stack([one_region_mask(page, q, g) for q in qs]), size, scale)
+                np.stack([one_region_mask(page, q, g) for q in qs]), size)
             for j in range(n):
                 clickable = region_masks[i, j] if region_masks[i, j].any() else masks[i, j]
                 points[i, j] = sample_points(clickable, self.points_per_prompt, g)

@@ -344,9 +344,12 @@ class SubspaceNGD(Optimizer):
         for plan in plans:
             plan["grad_norm"] = torch.stack(norms[start:start + len(plan["ps"])]).float()
             start += len(plan["ps"])
-        if self._host_read(norms):
+        bad, zero = self._host_read(norms)
+        if bad:
             return self._skip(loss)
         self.skips_in_row = 0
+        if any(zero):
+            rest, plans = self._without_zero_gradients(rest, plans, zero)
         for group, params in zip(self.param_groups, rest):
             if params:
                 self._fallback_step(group, params)
@@ -357,16 +360,36 @@ class SubspaceNGD(Optimizer):
             self._update(plan)
         return loss
 
-    def _host_read(self, norms: list) -> bool:
-        """The one host sync of a step: any non-finite gradient? (+ the fallback counter)."""
-        bad = torch.stack([n.float() for n in norms]).sum().isfinite().logical_not()
-        if self._fallback_count is None:
-            return bool(bad)
-        bad, count = torch.stack([bad.to(self._fallback_count.device).long(),
-                                  self._fallback_count]).tolist()
-        if count != self._fallback_seen:
-            self._note_fallbacks(count)
-        return bool(bad)
+    def _host_read(self, norms: list) -> tuple[bool, list[bool]]:
+        """The one host sync of a step: any non-finite gradient? which gradients are exactly
+        zero? (+ the fallback counter)."""
+        stacked = torch.stack([n.float() for n in norms])
+        flags = [stacked.sum().isfinite().logical_not().long().view(1), (stacked == 0).long()]
+        if self._fallback_count is not None:
+            flags.append(self._fallback_count.to(stacked.device).long().view(1))
+        values = torch.cat(flags).tolist()
+        bad, zero = bool(values[0]), [bool(v) for v in values[1:1 + len(norms)]]
+        if self._fallback_count is not None and values[-1] != self._fallback_seen:
+            self._note_fallbacks(values[-1])
+        return bad, zero
+
+    @staticmethod
+    def _without_zero_gradients(rest: list, plans: list, zero: list) -> tuple[list, list]:
+        """Drop parameters whose gradient is exactly zero this step, as if it were None: they
+        did not reach the loss (e.g. the multimask heads on a step of single-mask prompts). A
+        graft would otherwise turn a zero or vanishing gradient into a full-sized step along the
+        old momentum, and an all-zero history into a 0/0 solve."""
+        flags = iter(zero)
+        rest = [[p for p in ps if not next(flags)] for ps in rest]
+        kept = []
+        for plan in plans:
+            alive = [not next(flags) for _ in plan["ps"]]
+            if not any(alive):
+                continue
+            index = torch.tensor([i for i, a in enumerate(alive) if a], device=plan["grad_norm"].device)
+            kept.append(dict(plan, ps=[p for p, a in zip(plan["ps"], alive) if a],
+                             grad_norm=plan["grad_norm"].index_select(0, index)))
+        return rest, kept
 
     def _skip(self, loss):
         warnings.warn("SubspaceNGD: non-finite gradient, skipping this optimizer step "
@@ -614,7 +637,10 @@ class SubspaceNGD(Optimizer):
         results, start = [], 0
         for G, g in zip(Gs, gs):
             stop = start + G.shape[0]
-            zs, lams = z[start:stop].to(G.dtype), lam[start:stop, None].to(G.dtype)
+            # lam may lie below the history dtype's range (an fp64 floor for a vanishing
+            # history): floor it there too, or g / lam is 0 / 0.
+            zs = z[start:stop].to(G.dtype)
+            lams = lam[start:stop, None].to(G.dtype).clamp_min(torch.finfo(G.dtype).tiny ** 0.5)
             results.append((g - (G @ zs).squeeze(-1)) / lams)
             start = stop
         return results, lam, failed

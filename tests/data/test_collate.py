@@ -151,3 +151,22 @@ def test_mismatched_words_and_boxes_name_the_problem():
     page.word_boxes = page.word_boxes[:2]
     with pytest.raises(ValueError, match="3 words but 2 boxes"):
         DocumentCollator(image_size=64)([page])
+
+
+def test_a_landscape_page_whose_rounded_width_would_overshoot_the_frame_collates():
+    """A real page 100 x 513 px: its height ratio times its width rounds to 257 > 256; masks
+    must land in the image's own resized frame."""
+    import numpy as np
+
+    from dociq.data.collate import DocumentCollator
+    from dociq.data.schema import Page, Question
+    from dociq.data.tokenize import QuestionTokenizer
+
+    mask = np.zeros((100, 513), bool)
+    mask[10:40, 500:513] = True              # reaches the right edge
+    page = Page(image=np.full((100, 513, 3), 255, np.uint8), words=["total"],
+                word_boxes=np.array([[500, 10, 512, 40]], np.float32), regions=[],
+                questions=[Question("where is the total?", "reading", mask)], meta={"page_id": "wide"})
+    batch = DocumentCollator(256, question_tokenizer=QuestionTokenizer(32), questions=True, seed=0)([page])
+    target = batch["masks"][0, 0]
+    assert target.shape == (256, 256) and target[:, 255].any() and not target[60:].any()

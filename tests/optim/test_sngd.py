@@ -102,6 +102,44 @@ def test_non_finite_gradient_skips_the_step():
 
 
 @pytest.mark.parametrize("projector", ["random", "tucker"])
+def test_zero_gradient_leaves_a_parameter_and_its_state_alone(projector):
+    """A head that did not reach the loss this step (exactly zero gradient) is not stepped, as if
+    its gradient were None; from its very first step that used to be a 0/0 solve (NaN weights)."""
+    model = _mlp()
+    opt = _sngd(model, projector=projector)
+    idle = model[2].weight
+    x, y = _data()
+    for step in range(4):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if step in (0, 2, 3):
+            idle.grad.zero_()
+        before = idle.detach().clone()
+        state = {k: v.clone() for k, v in opt.state[idle].items() if torch.is_tensor(v)} if idle in opt.state else {}
+        opt.step()
+        if step in (0, 2, 3):
+            assert torch.equal(idle, before)
+            for key, value in state.items():
+                assert torch.equal(value, opt.state[idle][key]), key
+        else:
+            assert not torch.equal(idle, before)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert opt.state[idle]["step"] == 1 and opt.skipped_steps == 0
+
+
+def test_vanishing_gradients_keep_weights_finite():
+    torch.manual_seed(0)
+    for size in (1e-20, 1e-38, 1e-42):
+        weight = torch.nn.Parameter(torch.randn(64, 64))
+        opt = SubspaceNGD([weight], lr=1e-3, rank=8, min_numel=16)
+        for _ in range(3):
+            weight.grad = torch.randn(64, 64) * size
+            opt.step()
+        assert torch.isfinite(weight).all(), size
+
+
+
 def test_loss_falls_and_state_is_small(projector):
     model = _mlp()
     opt = _sngd(model, projector=projector)
