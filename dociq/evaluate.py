@@ -108,6 +108,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
         metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
     snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
     metrics |= {f"{name}_snap": SegmentationMetrics(kinds=metrics[name].kinds) for name in snapped_sets}
+    painted_sets = [name for name in snapped_sets if "question" in PROMPT_SETS[name][0]]
+    metrics |= {f"{name}_words": SegmentationMetrics(kinds=metrics[name].kinds) for name in painted_sets}
     use_ocr = task.use_ocr
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
@@ -126,6 +128,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 if name in snapped_sets:
                     snapped = snap_batch(out["masks"] > 0, b, image_size)
                     metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
+                if name in painted_sets and out["relevance"] is not None:
+                    painted = paint_batch(out["relevance"] > 0, b, image_size)
+                    metrics[f"{name}_words"].update(painted[valid], out["targets"][valid] > 0.5, kinds)
             if heuristics:
                 kinds = [k for page in batch["prompt_kind"] for k in page]
                 valid = batch["prompt_valid"].reshape(-1)
@@ -159,6 +164,20 @@ def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
     q = masks.shape[0] // b
     boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
     return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
+
+
+def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
+    """Masks painted from the word grounding: relevant bool [B*Q, T] (per token) -> bool
+    [B*Q, size, size], each prompt's relevant words closed into blocks (word_snap.paint_words)."""
+    from dociq.models.grounding import first_subtokens
+    from dociq.models.word_snap import paint_words
+
+    b = batch["ocr_ids"].shape[0]
+    q = relevant.shape[0] // b
+    first = first_subtokens(batch["ocr_word_index"]) & batch["ocr_mask"]
+    boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
+    return torch.stack([torch.from_numpy(paint_words((size, size), boxes[n // q], relevant[n][first[n // q]].numpy()))
+                        for n in range(relevant.shape[0])])
 
 
 def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
@@ -341,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heuristics", action="store_true",
                    help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
     p.add_argument("--snap", action="store_true",
-                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap)")
+                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap) "
+                        "and, for questions, painted from the word grounding's relevant words (<set>_words)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)

@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
+    p.add_argument("--snap", action="store_true", help="snap masks to the word boxes (Predictor(snap_to_words=True))")
     p.add_argument("--corpus", default=None,
                    help="draw held-out real pages: a `dociq corpus build` folder (its val split; green: weak labels)")
     args = p.parse_args(argv)
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     from dociq.predict import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
+    predictor.snap_to_words = args.snap
     gather = collect_clicks if args.clicks else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
     plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")

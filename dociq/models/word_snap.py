@@ -5,7 +5,8 @@ tall, so a mask's edges wander by a line. The words' boxes are known exactly, at
 Each connected part of a predicted mask that is mostly text is replaced by the bounding box of
 the words it holds (a layout region — paragraph, list item, heading, cell — is the box around its
 words); parts that are not mostly words (figures, rules, a region with a few labels) are kept as
-predicted.
+predicted. `paint_words` draws a mask from the words alone: the boxes of the words the word
+grounding calls relevant, with the gaps between words and lines closed.
 """
 from __future__ import annotations
 
@@ -56,4 +57,25 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
             continue
         out[region] = False
         out[by0:by1, bx0:bx1] = True
+    return out
+
+
+def paint_words(shape: tuple[int, int], word_boxes: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+    """bool [H, W]: the boxes of the `relevant` words (bool [K]), grouped into blocks across gaps
+    up to the page's median word height (the words of one paragraph), each block drawn as the
+    box around its words."""
+    h, w = shape
+    out = np.zeros((h, w), dtype=bool)
+    boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
+    if not len(boxes) or not np.any(relevant):
+        return out
+    boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
+    boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
+    for x0, y0, x1, y1 in boxes[np.asarray(relevant, dtype=bool)]:
+        out[y0:y1, x0:x1] = True
+    gap = max(1, int(np.median(boxes[:, 3] - boxes[:, 1])))
+    closed = ndimage.binary_closing(np.pad(out, gap), structure=np.ones((gap + 1, gap + 1), bool))
+    blocks, _ = ndimage.label(closed[gap:-gap, gap:-gap] | out, structure=_EIGHT_NEIGHBOURS)
+    for rows, cols in ndimage.find_objects(blocks):      # a block of words is the box around them
+        out[rows, cols] = True
     return out

@@ -308,7 +308,8 @@ class SegmentTask(DociqTask):
                 ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
         final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
         return {"loss": total, "rounds": per_round, "masks": final, "targets": targets, "valid": valid,
-                "points": points, "mask_prompt": mask_prompt, "word": word}
+                "points": points, "mask_prompt": mask_prompt, "word": word,
+                "relevance": None if grounding is None else grounding.relevance}
 
     # ---- Lightning hooks ---------------------------------------------------------------------
 

@@ -39,3 +39,14 @@ def test_two_parts_snap_separately():
     out = snap_to_words(mask, words)
     assert out[50:86, 40:160].all() and out[140:176, 40:160].all()
     assert not out[88:140].any()        # the gap between them stays empty
+
+
+def test_painted_words_close_into_their_paragraph_and_leave_others_out():
+    from dociq.models.word_snap import paint_words
+
+    words = np.vstack([_paragraph(), _paragraph() + [0, 90, 0, 90]])
+    relevant = np.array([True] * 6 + [False] * 6)
+    out = paint_words((200, 200), words, relevant)
+    assert out[50:86, 40:160].all()          # words, the gaps between them and between lines, the ragged edge
+    assert not out[140:176].any()            # the other paragraph's words are not relevant
+    assert not paint_words((200, 200), words, np.zeros(12, bool)).any()

@@ -140,6 +140,7 @@ def test_vanishing_gradients_keep_weights_finite():
 
 
 
+@pytest.mark.parametrize("projector", ["random", "tucker"])
 def test_loss_falls_and_state_is_small(projector):
     model = _mlp()
     opt = _sngd(model, projector=projector)
