@@ -36,7 +36,7 @@ def no_network_no_pickle(monkeypatch):
 
 
 def test_folder_layout(exported):
-    from dociq.data.tokenize import default_vocab_dir
+    from dociq.data.tokenize import MAX_OCR_TOKENS, default_vocab_dir
 
     files = {p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file()}
     assert {"config.json", "model.safetensors", "README.md", "ocr_tokenizer/vocab.txt",
@@ -52,7 +52,7 @@ def test_folder_layout(exported):
     assert config["library_name"] == "dociq" and config["image_size"] == 128
     assert config["ocr"] is True and config["lexical_match"] is True
     assert config["model"]["text_encoder"] == {"num_hidden_layers": 1}
-    assert config["ocr_tokenizer"]["max_length"] == 256
+    assert config["ocr_tokenizer"]["max_length"] == MAX_OCR_TOKENS   # whole pages: the default budget
     assert config["question_tokenizer"]["context_length"] == 32
 
 
