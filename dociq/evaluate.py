@@ -51,9 +51,11 @@ import torch
 
 from dociq.coco_eval import coco_map, load_coco
 from dociq.data.collate import DocumentCollator
-from dociq.data.schema import QUESTION_KINDS, Page, Question
+from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
 from dociq.data.synthetic import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
+from dociq.models.grounding import first_subtokens
+from dociq.models.word_snap import paint_words, snap_to_words
 from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
 from dociq.tasks.segment import SegmentTask
 from dociq.tasks.segment_metrics import SegmentationMetrics
@@ -149,17 +151,12 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
 
 def word_boxes_in_frame(batch: dict, i: int, size: int) -> np.ndarray:
     """Page i's word boxes in pixels of the `size` input frame, one row per word."""
-    from dociq.data.schema import LAYOUT_SCALE
-    from dociq.models.grounding import first_subtokens
-
     first = first_subtokens(batch["ocr_word_index"][i:i + 1])[0] & batch["ocr_mask"][i]
     return batch["ocr_boxes"][i][first].float().numpy() * size / LAYOUT_SCALE
 
 
 def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
     """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words."""
-    from dociq.models.word_snap import snap_to_words
-
     b = batch["ocr_ids"].shape[0]
     q = masks.shape[0] // b
     boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
@@ -169,9 +166,6 @@ def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
 def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
     """Masks painted from the word grounding: relevant bool [B*Q, T] (per token) -> bool
     [B*Q, size, size], each prompt's relevant words closed into blocks (word_snap.paint_words)."""
-    from dociq.models.grounding import first_subtokens
-    from dociq.models.word_snap import paint_words
-
     b = batch["ocr_ids"].shape[0]
     q = relevant.shape[0] // b
     first = first_subtokens(batch["ocr_word_index"]) & batch["ocr_mask"]
@@ -183,8 +177,6 @@ def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
 def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
     """The text-free answers of HEURISTIC_SETS for every prompt of a collated batch, bool
     [B, Q, size, size] each (the input frame the targets are in)."""
-    from dociq.data.schema import LAYOUT_SCALE
-
     b, q = batch["prompt_valid"].shape
     boxes = (batch["ocr_boxes"].float() * size / LAYOUT_SCALE).round().long().clamp(0, size)
     is_word = batch["ocr_mask"] & (batch["ocr_word_index"] >= 0)
@@ -391,9 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError) as err:
             print(f"dociq eval: error: {err}", file=sys.stderr)
             return 2
-        results[path] = evaluate(task, args.pages if args.pages or args.data == "corpus" else 128, args.seed,
-                                 args.batch_size, args.max_questions, args.prompts, data=data,
-                                 heuristics=args.heuristics, snap=args.snap)
+        results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
+                                 data=data, heuristics=args.heuristics, snap=args.snap)
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
