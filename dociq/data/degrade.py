@@ -13,7 +13,7 @@ import math
 import numpy as np
 from PIL import Image, ImageFilter
 
-from .schema import Page
+from dociq.data.schema import Page
 
 MAX_ROTATION_DEG = 2.0
 

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from .degrade import degrade_page
-from .schema import Page, Question, Region
-from .synthetic_content import page_faker
-from .synthetic_layout import layout_page
-from .synthetic_questions import make_questions
-from .synthetic_render import region_masks, render_image
+from dociq.data.degrade import degrade_page
+from dociq.data.schema import Page, Question, Region
+from dociq.data.synthetic_content import page_faker
+from dociq.data.synthetic_layout import layout_page
+from dociq.data.synthetic_questions import make_questions
+from dociq.data.synthetic_render import region_masks, render_image
 
 MIN_SIDE = 128  # below this the body text no longer fits a line of words
 

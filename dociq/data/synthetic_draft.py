@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .synthetic_fonts import FontKey, line_height, space_width, word_bbox, word_width
+from dociq.data.synthetic_fonts import FontKey, line_height, space_width, word_bbox, word_width
 
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels, x1/y1 exclusive
 Color = tuple[int, int, int]

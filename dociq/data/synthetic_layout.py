@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from faker import Faker
 
-from . import synthetic_content as content
-from .synthetic_draft import Color, Draft, FormInfo, Shape, TableInfo
-from .synthetic_fonts import FontKey, line_height, space_width, word_width
+from dociq.data import synthetic_content as content
+from dociq.data.synthetic_draft import Color, Draft, FormInfo, Shape, TableInfo
+from dociq.data.synthetic_fonts import FontKey, line_height, space_width, word_width
 
 
 @dataclass

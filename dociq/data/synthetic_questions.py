@@ -14,7 +14,7 @@ import random
 import re
 from collections import Counter, defaultdict
 
-from .synthetic_draft import Draft
+from dociq.data.synthetic_draft import Draft
 
 # class -> (singular phrasings, plural phrasings)
 LAYOUT_PHRASES = {

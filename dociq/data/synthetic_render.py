@@ -11,8 +11,8 @@ import random
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .synthetic_draft import Draft, DraftRegion
-from .synthetic_fonts import word_glyph
+from dociq.data.synthetic_draft import Draft, DraftRegion
+from dociq.data.synthetic_fonts import word_glyph
 
 
 def render_image(draft: Draft, rng: random.Random) -> np.ndarray:

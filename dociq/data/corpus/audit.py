@@ -50,7 +50,7 @@ def pick_pages(dataset, pages: int, seed: int = 0) -> list[int]:
 
 def draw_audit(corpus, out_png, pages: int = 50, split: str = "train", seed: int = 0,
                columns: int = 10, thumb: int = 320) -> Path:
-    from .dataset import CorpusDocuments
+    from dociq.data.corpus.dataset import CorpusDocuments
 
     dataset = CorpusDocuments(corpus, split=split)
     out_png = Path(out_png)

@@ -19,8 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .label_document import DocumentResult, LabelSettings, label_pdf
-from .sources import SourceDocument, SourceError, find_documents, materialize
+from dociq.data.corpus.label_document import DocumentResult, LabelSettings, label_pdf
+from dociq.data.corpus.sources import SourceDocument, SourceError, find_documents, materialize
 
 log = logging.getLogger("dociq.corpus")
 # pdfminer warns once per malformed font descriptor, thousands of times over a build
@@ -62,7 +62,7 @@ _WORKER: dict = {}
 
 def _printer(timeout_s: float):
     if "printer" not in _WORKER:
-        from .html_print import HtmlPrinter
+        from dociq.data.corpus.html_print import HtmlPrinter
 
         from multiprocessing.util import Finalize
 
@@ -100,7 +100,7 @@ def process_document(doc: SourceDocument, split: str, settings: BuildSettings) -
         except (SourceError, ValueError, OSError) as err:
             return DocumentResult(status="bad", reason=f"unreadable_source: {str(err)[:200]}")
         if doc.kind in ("html", "mallard"):
-            from .html_print import PrintError, sample_style
+            from dociq.data.corpus.html_print import PrintError, sample_style
 
             pdf = work / "printed.pdf"
             try:
@@ -134,7 +134,7 @@ def _reason_key(reason: str | None) -> str:
 def build_corpus(src_dir, out_dir, settings: BuildSettings | None = None, workers: int = 2,
                  progress=print) -> dict:
     """Build (or resume) the corpus of `src_dir` in `out_dir`; returns the summary of corpus.json."""
-    from .store import CorpusWriter
+    from dociq.data.corpus.store import CorpusWriter
 
     settings = settings or BuildSettings()
     src_dir, out_dir = Path(src_dir), Path(out_dir)

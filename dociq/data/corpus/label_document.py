@@ -18,12 +18,12 @@ import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 
-from .geometry import area, inside
-from .labels_structure import DocumentContext, document_context, label_from_structure
-from .labels_tagged import LabelledRegion, TableGrid, label_from_tags
-from .pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
-from .questions import page_questions
-from .record import RECORD_VERSION, encode_png
+from dociq.data.corpus.geometry import area, inside
+from dociq.data.corpus.labels_structure import DocumentContext, document_context, label_from_structure
+from dociq.data.corpus.labels_tagged import LabelledRegion, TableGrid, label_from_tags
+from dociq.data.corpus.pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
+from dociq.data.corpus.questions import page_questions
+from dociq.data.corpus.record import RECORD_VERSION, encode_png
 
 # classes that may contain others (a table its cells, a figure its labels); any other pair of
 # regions overlapping by more than this fraction of the smaller one is a conflict

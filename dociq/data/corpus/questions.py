@@ -12,7 +12,7 @@ import random
 from dociq.data.synthetic_draft import Draft, DraftRegion, PlacedWord, TableInfo
 from dociq.data.synthetic_questions import make_questions
 
-from .labels_tagged import TableGrid
+from dociq.data.corpus.labels_tagged import TableGrid
 
 
 def as_draft(words: list[str], boxes: list[list[float]], regions: list[dict], grids: list[TableGrid],

@@ -328,7 +328,7 @@ def materialize(doc: SourceDocument, work_dir) -> Path:
     if doc.path.name.lower().endswith(".gz"):
         return _gunzip(doc, work_dir)
     if doc.kind == "mallard":
-        from .mallard import mallard_to_html
+        from dociq.data.corpus.mallard import mallard_to_html
 
         return mallard_to_html(doc.path, work_dir / _work_name(doc, ".html"))
     return doc.path
