@@ -1,5 +1,5 @@
-"""`python train.py stage=pretrain` — a thin shim over dociq.train.main (Hydra)."""
-from dociq.train import main
+"""`python train.py stage=pretrain` — a thin shim over dociq.training.train.main (Hydra)."""
+from dociq.training.train import main
 
 if __name__ == "__main__":
     main()

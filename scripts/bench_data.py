@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from dociq.data.coco import CocoDocuments, write_coco
-from dociq.data.synthetic import SyntheticDocuments, generate_page
+from dociq.data.datasets.coco import CocoDocuments, write_coco
+from dociq.data.synthetic.generator import SyntheticDocuments, generate_page
 
 
 def timed(fn, n: int) -> tuple[float, float]:

@@ -129,9 +129,9 @@ class TrainableOnly(nn.Module):
 def build_dociq_pretrain(args, seed: int) -> tuple[nn.Module, Callable, Callable]:
     from hydra.utils import instantiate
 
-    from dociq.config import compose
+    from dociq.training.config import compose
     from dociq.data.collate import DocumentCollator
-    from dociq.tasks.registry import resolve_stage
+    from dociq.training.tasks.registry import resolve_stage
 
     cfg = compose(["stage=pretrain", f"seed={seed}", "data.num_workers=0"])
     data = instantiate(cfg.data, _convert_="all")

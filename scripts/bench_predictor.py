@@ -40,13 +40,13 @@ sys.path.insert(0, str(ROOT))
 def build_predictor(checkpoint: str | None, model: str, device: str):
     """A checkpoint (file or from_pretrained folder), or a randomly initialised model of configs/model/<model>.yaml
     composed as `python train.py stage=finetune model=<model>` would."""
-    from dociq.predict import Predictor, load_predictor
+    from dociq.inference.predictor import Predictor, load_predictor
 
     if checkpoint:
         return load_predictor(checkpoint, device)
     from omegaconf import OmegaConf
 
-    from dociq.config import compose
+    from dociq.training.config import compose
     from dociq.models.segmenter import SegmentationModel
 
     torch.manual_seed(0)
@@ -56,14 +56,14 @@ def build_predictor(checkpoint: str | None, model: str, device: str):
 
 def bench_page(height: int, width: int, seed: int):
     """A synthetic page with OCR words, questions, and click/box prompts on its words."""
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     return SyntheticDocuments(1, image_size=(height, width), seed=seed)[0]
 
 
 def densest_corpus_page(root: str):
     """The held-out (val) page of a `dociq corpus build` with the most OCR words."""
-    from dociq.data.corpus.dataset import CorpusDocuments
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
 
     docs = CorpusDocuments(root=root, split="val")
     best = max(range(len(docs)), key=lambda i: len(docs[i].words))

@@ -53,13 +53,13 @@ def matmul_peak(size: int = 1024, repeats: int = 20) -> tuple[float, float]:
 def build(stage: str, batch_size: int, overrides: list[str]):
     from hydra.utils import instantiate
 
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     cfg = compose([f"stage={stage}", "model=tiny", f"data.batch_size={batch_size}",
                    "data.num_workers=0", *overrides], return_hydra_config=False)
     torch.manual_seed(cfg.seed)
     datamodule = instantiate(cfg.data, _convert_="all")
-    task_cls = __import__("dociq.tasks.registry", fromlist=["resolve_stage"]).resolve_stage(cfg.stage.name)
+    task_cls = __import__("dociq.training.tasks.registry", fromlist=["resolve_stage"]).resolve_stage(cfg.stage.name)
     task = task_cls(**instantiate(cfg.task, _convert_="all"),
                     optimizer=instantiate(cfg.optim.optimizer),
                     scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None)

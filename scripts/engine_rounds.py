@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dociq.data.synthetic import generate_page  # noqa: E402
+from dociq.data.synthetic.generator import generate_page  # noqa: E402
 from dociq.engine.retrain import HELDOUT_SPLIT, TRAIN_SPLIT, run_round  # noqa: E402
 from dociq.engine.simulate import IOU_TARGET, MAX_CLICKS, annotate_page, save_ground_truth, summarise  # noqa: E402
 from dociq.engine.store import EngineStore  # noqa: E402
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.checkpoint is None or args.data is None:
         p.error("--checkpoint and --data are required (unless --replot)")
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     start = time.time()
     n_train = (args.rounds + 1) * args.pages_per_round

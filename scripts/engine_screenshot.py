@@ -14,10 +14,10 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from dociq.data.synthetic import SyntheticDocuments
+from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.engine.server import ServerThread, create_app
 from dociq.engine.store import EngineStore
-from dociq.predict import Predictor
+from dociq.inference.predictor import Predictor
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -10,7 +10,7 @@ held-out synthetic validation split's mIoU (overall and per question kind):
 
 Checkpoints of the earlier stages can be given (--pretrain-ckpt, --ijepa-ckpt, --mlm-ckpt);
 otherwise the script runs those stages itself with --pretrain-steps / --encoder-steps.
-Every run goes through `dociq.train.train(dociq.config.compose([...]))`, i.e. exactly what
+Every run goes through `dociq.training.train.train(dociq.training.config.compose([...]))`, i.e. exactly what
 `python train.py <overrides>` does; outputs land in --workdir.
 
     python scripts/eval_segment.py --json outputs/eval_segment.json \
@@ -40,8 +40,8 @@ def common_overrides(args, stage: str, steps: int, out: Path) -> list[str]:
 
 
 def run_stage(overrides: list[str]) -> tuple[dict[str, float], Path]:
-    from dociq.config import compose
-    from dociq.train import train
+    from dociq.training.config import compose
+    from dociq.training.train import train
 
     cfg = compose(overrides)
     t0 = time.time()

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from dociq.data.coco import write_coco
-from dociq.data.synthetic import SyntheticDocuments
+from dociq.data.datasets.coco import write_coco
+from dociq.data.synthetic.generator import SyntheticDocuments
 
 
 def parse_size(text: str) -> int | tuple[int, int]:

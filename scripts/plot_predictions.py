@@ -27,11 +27,11 @@ VAL_SEED = 1000003   # configs/data/synthetic.yaml: val_set.seed
 def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | None, split: str = "val"):
     """`pages` held-out pages: synthetic ones of `seed`, or a corpus split's pages spread over it."""
     if corpus is None:
-        from dociq.data.synthetic import SyntheticDocuments
+        from dociq.data.synthetic.generator import SyntheticDocuments
 
         docs = SyntheticDocuments(num_pages=pages, image_size=image_size, seed=seed, degrade=0.3)
         return [docs[i] for i in range(pages)]
-    from dociq.data.corpus.dataset import CorpusDocuments
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
 
     docs = CorpusDocuments(root=corpus, split=split)
     picks = random.Random(seed).sample(range(len(docs)), k=min(pages, len(docs)))
@@ -90,7 +90,7 @@ def plot(rows: list[dict], out: Path, columns: int = 3, source: str = "held-out 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dociq.predict import overlay
+    from dociq.inference.predictor import overlay
 
     n = len(rows)
     cols = min(columns, n)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="draw held-out real pages: a `dociq corpus build` folder (its val split; green: weak labels)")
     args = p.parse_args(argv)
     args.out = args.out or default_out(args.checkpoint)
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
     predictor.snap_to_words = args.snap

@@ -1,4 +1,4 @@
-"""Linear probe of image encoders on per-unit region classes (dociq/probe.py), one row per encoder.
+"""Linear probe of image encoders on per-unit region classes (dociq/evaluation/probe.py), one row per encoder.
 
     python scripts/probe_encoder.py random outputs/ijepa/runs/<run>/checkpoints/last.ckpt \
         outputs/pretrain/runs/<run>/checkpoints/last.ckpt:target
@@ -20,7 +20,7 @@ import torch
 
 def load_encoder(spec: str, size: str, image_size: int):
     from dociq.models.image_encoder import ImageEncoder, load_image_encoder_from_checkpoint
-    from dociq.tasks.pretrain import state_under
+    from dociq.training.tasks.pretrain import state_under
 
     name, _, seed = spec.partition(":")
     torch.manual_seed(int(seed) if name == "random" and seed else 0)
@@ -41,8 +41,8 @@ def load_encoder(spec: str, size: str, image_size: int):
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    from dociq.data.synthetic import SyntheticDocuments
-    from dociq.probe import probe_encoder
+    from dociq.data.synthetic.generator import SyntheticDocuments
+    from dociq.evaluation.probe import probe_encoder
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("encoders", nargs="+", help="'random[:SEED]' or CKPT[:target]")

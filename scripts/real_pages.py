@@ -30,7 +30,7 @@ DEFAULT_PDF_GLOB = "/usr/share/doc/python-reportlab-doc/**/*.pdf"
 APT_HINT = "sudo apt-get install -y python-reportlab-doc"
 LAYOUT_QUESTIONS = ["segment the title", "all section headings", "all paragraphs", "the page footer",
                     "segment the table", "segment the figure"]
-# The template the synthetic reading questions use (dociq/data/synthetic_questions.py).
+# The template the synthetic reading questions use (dociq/data/synthetic/questions.py).
 READING_TEMPLATE = "which paragraph mentions \u201c{}\u201d?"
 _NAMED_WORD = re.compile(r"mentions\s+[\u201c\"'](.+?)[\u201d\"']")
 MIN_LETTERS = 5
@@ -178,7 +178,7 @@ def plot(pages: list[RealPage], rows: list[dict], out: Path, title: str = "") ->
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from dociq.predict import overlay
+    from dociq.inference.predictor import overlay
 
     by_page = {p.name: [r for r in rows if r["page"] == p.name] for p in pages}
     cols = max(1, max(len(rs) for rs in by_page.values()))
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--pages must be >= 1")
 
     from dociq.data.errors import BadSampleError
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     try:
         pages = load_pages(pdfs, args.pages, args.dpi)

@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from dociq.data.schema import REGION_CLASSES, Page
-from dociq.data.synthetic import generate_page
-from dociq.data.synthetic_fonts import get_font
+from dociq.data.synthetic.generator import generate_page
+from dociq.data.synthetic.fonts import get_font
 
 
 def palette(n: int) -> list[tuple[int, int, int]]:

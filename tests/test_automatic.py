@@ -1,4 +1,4 @@
-"""Automatic page segmenter (dociq.automatic): seeds, stability, NMS, classes, COCO results, the
+"""Automatic page segmenter (dociq.inference.automatic): seeds, stability, NMS, classes, COCO results, the
 pipeline on a scripted predictor, and on the fine-tune fixture's model."""
 import json
 from types import SimpleNamespace
@@ -9,7 +9,7 @@ import torch
 from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
-from dociq.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
+from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
                              grid_points, group_lines, line_points, main, mask_boxes, mask_iou_matrix, nms,
                              remove_small_regions,
                              stability_score, to_coco_results)
@@ -271,13 +271,13 @@ def test_thresholds_filter_and_bad_settings_are_named():
 
 @pytest.fixture(scope="module")
 def synthetic_page():
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     return SyntheticDocuments(1, image_size=160, seed=5)[0]
 
 
 def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     page = synthetic_page
     segmenter = PageSegmenter(Predictor.from_checkpoint(finetune_checkpoint[0]), points_per_side=4,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from dociq.tasks.checkpoint_io import CheckpointError, read_checkpoint
+from dociq.io.checkpoint import CheckpointError, read_checkpoint
 
 
 @pytest.fixture
@@ -157,14 +157,14 @@ def test_the_error_pickles(tmp_path):
 # ---- every loader of the code base goes through read_checkpoint ------------------------------
 
 def _loaders():
-    from dociq.evaluate import load_task
+    from dociq.evaluation.heldout import load_task
     from dociq.models.common import load_state_dict_like
     from dociq.models.image_encoder import load_image_encoder_from_checkpoint
     from dociq.models.text_encoder import _read_hf_state_dict, load_text_encoder_from_checkpoint
-    from dociq.predict import Predictor
-    from dociq.tasks.ijepa import IJEPATask
-    from dociq.tasks.pretrain import state_under
-    from dociq.tasks.segment import _read_state
+    from dociq.inference.predictor import Predictor
+    from dociq.training.tasks.ijepa import IJEPATask
+    from dociq.training.tasks.pretrain import state_under
+    from dociq.training.tasks.segment import _read_state
 
     def hf_directory(path):
         (path.parent / "pytorch_model.bin").write_bytes(path.read_bytes())

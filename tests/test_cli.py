@@ -1,4 +1,4 @@
-"""The `dociq` console script (dociq/cli.py): subcommands reach their modules with the arguments
+"""The `dociq` console script (dociq/cli/__init__.py): subcommands reach their modules with the arguments
 unchanged, a user's mistake is one line on stderr with exit status 2, `--debug` shows the traceback."""
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_engine_without_a_command_is_a_usage_error(tmp_path):
 
 
 def test_engine_not_installed_is_one_line_and_exit_2(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "dociq.engine.cli", None)   # import fails as if the file were missing
+    monkeypatch.setitem(sys.modules, "dociq.cli.engine", None)   # import fails as if the file were missing
     assert cli.main(["engine", "import", "--data", "store", "pages"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "dociq engine: error: the data engine is not available yet (it is being built); "
@@ -86,7 +86,7 @@ def test_engine_not_installed_is_one_line_and_exit_2(monkeypatch, capsys):
 
 
 def test_engine_reaches_the_engine_cli(capsys):
-    pytest.importorskip("dociq.engine.cli")
+    pytest.importorskip("dociq.cli.engine")
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["engine", "--help"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: dociq engine")
@@ -132,7 +132,7 @@ def test_export_prefixes_the_hub_subcommand_and_forwards_debug(monkeypatch):
 
 
 def test_value_errors_from_a_module_are_one_line_unless_debug(monkeypatch, capsys):
-    from dociq.config_checks import ConfigError
+    from dociq.training.config_checks import ConfigError
 
     class Failing:
         @staticmethod

@@ -1,4 +1,4 @@
-"""COCO mAP (dociq.coco_eval): perfect and shifted predictions, agreement with pycocotools itself."""
+"""COCO mAP (dociq.evaluation.coco_map): perfect and shifted predictions, agreement with pycocotools itself."""
 import contextlib
 import io
 import json
@@ -9,7 +9,7 @@ from pycocotools import mask as mask_util
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from dociq.coco_eval import category_ids_by_name, coco_map
+from dociq.evaluation.coco_map import category_ids_by_name, coco_map
 
 H, W = 120, 160
 

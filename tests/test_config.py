@@ -6,8 +6,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from dociq.config import compose
-from dociq.tasks.registry import STAGES, resolve_stage
+from dociq.training.config import compose
+from dociq.training.tasks.registry import STAGES, resolve_stage
 
 GROUPS = ("stage", "model", "data", "optim", "trainer", "logger", "callbacks", "paths",
           "experiment", "hparams_search")

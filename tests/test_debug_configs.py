@@ -3,7 +3,7 @@
 - the `debug` config group composes (default, fdr, overfit, limit, profiler) and `debug=fdr` runs;
 - early stopping is in the default callbacks without changing today's recipes;
 - a run prints its config as a tree and saves it to <output_dir>/config_tree.log;
-- without a terminal, progress is plain lines with the step and an ETA (dociq/progress.py), and the
+- without a terminal, progress is plain lines with the step and an ETA (dociq/training/progress.py), and the
   terminal bar counts steps (`step k/max_steps`, not `Epoch 0/-2`).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict
 
-from dociq.config import compose
-from dociq.progress import LogProgress, StepProgressBar, format_duration, progress_callbacks
+from dociq.training.config import compose
+from dociq.training.progress import LogProgress, StepProgressBar, format_duration, progress_callbacks
 
 SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predictor.depth=1"]
 DEBUG_CONFIGS = ["default", "fdr", "overfit", "limit", "profiler"]
@@ -53,7 +53,7 @@ def restore_determinism():
 
 
 def test_debug_fdr_runs_prints_progress_and_saves_the_config_tree(tmp_path, capsys, restore_determinism):
-    from dociq.train import train
+    from dociq.training.train import train
 
     cfg = compose(SMOKE + ["debug=fdr", f"paths.root_dir={tmp_path}"])
     out = tmp_path / "run"
@@ -82,7 +82,7 @@ def test_debug_fdr_runs_prints_progress_and_saves_the_config_tree(tmp_path, caps
 def test_debug_configs_run(name, extra, tmp_path, restore_determinism):
     import csv
 
-    from dociq.train import train
+    from dociq.training.train import train
 
     cfg = compose(SMOKE + [f"debug={name}", f"paths.root_dir={tmp_path}", "print_config=false"] + extra)
     out = tmp_path / "run"
@@ -101,7 +101,7 @@ def test_debug_configs_run(name, extra, tmp_path, restore_determinism):
 
 
 def test_print_config_tree_prints_and_writes_every_group(tmp_path, capsys):
-    from dociq.train import print_config_tree
+    from dociq.training.train import print_config_tree
 
     cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}"])
     assert cfg.print_config is True     # on by default (print_config=false turns it off)
@@ -138,7 +138,7 @@ def _fake_trainer(step: int, max_steps: int, **metrics) -> SimpleNamespace:
 
 def test_log_progress_prints_every_n_steps_with_speed_and_eta(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("dociq.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("dociq.training.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     cb = LogProgress(every_n_steps=10, every_n_seconds=1000, stream=stream)
     trainer = _fake_trainer(0, 300)
@@ -166,7 +166,7 @@ def test_log_progress_prints_every_n_steps_with_speed_and_eta(monkeypatch):
 
 def test_log_progress_also_prints_after_every_n_seconds(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("dociq.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("dociq.training.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     cb = LogProgress(every_n_steps=1000, every_n_seconds=60, stream=stream)
     trainer = _fake_trainer(40, 100)     # a resumed run: the rate counts this process's steps only

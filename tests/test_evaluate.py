@@ -1,10 +1,10 @@
-"""Held-out evaluation (dociq.evaluate): prompt sets, per-kind counts, OCR removal, CLI errors."""
+"""Held-out evaluation (dociq.evaluation.heldout): prompt sets, per-kind counts, OCR removal, CLI errors."""
 import json
 
 import pytest
 import torch
 
-from dociq.evaluate import PROMPT_SETS, evaluate, load_task, main
+from dociq.evaluation.heldout import PROMPT_SETS, evaluate, load_task, main
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):
@@ -56,8 +56,8 @@ def test_cli_writes_json_and_names_a_missing_checkpoint(checkpoint, tmp_path, ca
 @pytest.fixture(scope="module")
 def coco_set(tmp_path_factory):
     """A 2-page COCO folder as scripts/make_synthetic.py writes it (write_coco of synthetic pages)."""
-    from dociq.data.coco import write_coco
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.datasets.coco import write_coco
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     pages = SyntheticDocuments(2, image_size=160, seed=11)
     return write_coco((pages[i] for i in range(2)), tmp_path_factory.mktemp("coco"))
@@ -86,10 +86,10 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
     image ids, class names -> category ids, RLE results, COCOeval - must give AP 1 and count the drop."""
     import numpy as np
 
-    from dociq.automatic import PageSegmenter, Region
-    from dociq.data.coco import CocoDocuments
-    from dociq.evaluate import evaluate_coco
-    from dociq.predict import Predictor
+    from dociq.inference.automatic import PageSegmenter, Region
+    from dociq.data.datasets.coco import CocoDocuments
+    from dociq.evaluation.heldout import evaluate_coco
+    from dociq.inference.predictor import Predictor
 
     pages = [CocoDocuments(coco_set)[i] for i in range(2)]
 
@@ -111,8 +111,8 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
 
 
 def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_path):
-    from dociq.evaluate import evaluate_coco
-    from dociq.predict import Predictor
+    from dociq.evaluation.heldout import evaluate_coco
+    from dociq.inference.predictor import Predictor
 
     data = json.loads(coco_set.read_text())
     for image in data["images"]:
@@ -126,7 +126,7 @@ def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_
 def test_region_prompts_are_reported_by_size():
     import numpy as np
 
-    from dociq.evaluate import region_size
+    from dociq.evaluation.heldout import region_size
 
     mask = np.zeros((100, 100), dtype=bool)
     mask[:5, :10] = True                      # 0.5 % of the page

@@ -43,8 +43,8 @@ class CrashAt(L.Callback):
 
 
 def _run(root: Path, name: str, optim: str, extra: list[str]) -> dict:
-    from dociq.config import compose
-    from dociq.train import train
+    from dociq.training.config import compose
+    from dociq.training.train import train
 
     cfg = compose(SMOKE + [f"paths.root_dir={root}", f"trainer.max_steps={MAX_STEPS}", f"optim={optim}",
                            "+callbacks.losses._target_=test_exact_resume.LossRecorder",
@@ -124,8 +124,8 @@ def test_resume_continues_the_tensorboard_history_and_the_wandb_run(tmp_path, mo
     out = tmp_path / "outputs/pretrain/runs/crashed"
 
     def run(extra):
-        from dociq.config import compose
-        from dociq.train import train
+        from dociq.training.config import compose
+        from dociq.training.train import train
 
         cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}", f"trainer.max_steps={MAX_STEPS}",
                                "logger=many"] + extra)

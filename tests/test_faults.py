@@ -78,7 +78,7 @@ def test_random_sigkills_then_resume_end_where_an_uninterrupted_run_ends(tmp_pat
     reference = torch.load(_last_checkpoint(reference_root), weights_only=True)
     assert reference["global_step"] == MAX_STEPS
 
-    from dociq.tasks.checkpoint_io import read_checkpoint
+    from dociq.io.checkpoint import read_checkpoint
 
     root = tmp_path / "faults"
     root.mkdir()

@@ -1,4 +1,4 @@
-"""Model folders (dociq/hub.py): a stage=finetune checkpoint exported to the Hugging Face layout
+"""Model folders (dociq/inference/hub.py): a stage=finetune checkpoint exported to the Hugging Face layout
 loads offline, from safetensors only, into the same weights and the same predictions."""
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dociq.hub import DociqSegmenter, export_checkpoint, main, predictor_from_pretrained
+from dociq.inference.hub import DociqSegmenter, export_checkpoint, main, predictor_from_pretrained
 
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"}
 
@@ -71,7 +71,7 @@ def test_from_pretrained_is_offline_and_bit_exact(exported, finetune_checkpoint,
 @pytest.fixture(scope="module")
 def reference(finetune_checkpoint):
     """The Predictor of the Lightning checkpoint (read before torch.load is refused)."""
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     return Predictor.from_checkpoint(finetune_checkpoint[0])
 
@@ -87,7 +87,7 @@ def test_a_loaded_folder_saves_the_same_folder(exported, tmp_path, no_network_no
 
 
 def test_predictor_matches_the_checkpoint_predictor(exported, reference, no_network_no_pickle):
-    from dociq.data.synthetic import generate_page
+    from dociq.data.synthetic.generator import generate_page
 
     page = generate_page(3, seed=11, image_size=(176, 128), questions_per_page=2)
     assert page.words and page.questions
@@ -102,14 +102,14 @@ def test_predictor_matches_the_checkpoint_predictor(exported, reference, no_netw
         assert masks.shape == ref_masks.shape == (len(scores), 176, 128)
         np.testing.assert_array_equal(masks, ref_masks)
         np.testing.assert_array_equal(scores, ref_scores)
-    from dociq.predict import Predictor   # Predictor.from_pretrained calls predictor_from_pretrained
+    from dociq.inference.predictor import Predictor   # Predictor.from_pretrained calls predictor_from_pretrained
 
     _, scores = Predictor.from_pretrained(exported).predict(page.image, **prompts)
     np.testing.assert_array_equal(scores, reference.predict(page.image, **prompts)[1])
 
 
 def test_settings_follow_the_checkpoint(finetune_checkpoint, tmp_path):
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
 
     ckpt, _ = finetune_checkpoint
     data = torch.load(ckpt, weights_only=True)
@@ -183,7 +183,7 @@ def test_clear_errors_for_wrong_folders(exported, tmp_path, no_network_no_pickle
     lightning_only.mkdir()
     (lightning_only / "last.ckpt").write_bytes(b"x")
     with pytest.raises(ValueError, match=r"lightning_only: has no config.json \(it holds last.ckpt; pickled "
-                                         r"weights are not loaded\).*python -m dociq.hub export CKPT DIR"):
+                                         r"weights are not loaded\).*python -m dociq.inference.hub export CKPT DIR"):
         DociqSegmenter.from_pretrained(lightning_only)
 
     no_weights = _write_bad(exported, tmp_path, "no_weights")
@@ -252,7 +252,7 @@ def test_cli_export_and_one_line_errors(finetune_checkpoint, tmp_path, capsys):
 
 
 def test_module_entry_point_prints_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "dociq.hub", "export", str(tmp_path / "missing.ckpt"),
+    result = subprocess.run([sys.executable, "-m", "dociq.inference.hub", "export", str(tmp_path / "missing.ckpt"),
                              str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2

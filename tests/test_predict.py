@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dociq.data.schema import Page
-from dociq.predict import Predictor, main, overlay
+from dociq.inference.predictor import Predictor, main, overlay
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):
@@ -98,7 +98,7 @@ def test_a_page_of_1500_words_is_read_whole(predictor, caplog):
     vocab = "the system file configuration user manual page command option default value network".split()
     words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(1500)])
     page = np.full((500, 1000, 3), 255, np.uint8)
-    with caplog.at_level("WARNING", logger="dociq.predict"):
+    with caplog.at_level("WARNING", logger="dociq.inference.predictor"):
         masks, _ = predictor.predict(page, question="where is the network option?", words=words, word_boxes=boxes)
     assert masks.shape == (1, 500, 1000)
     assert not any("OCR budget" in r.message for r in caplog.records)
@@ -109,7 +109,7 @@ def test_a_page_of_1500_words_is_read_whole(predictor, caplog):
 def test_words_past_the_ocr_budget_are_reported(predictor, caplog):
     words, boxes = _grid_words([f"word{i}" for i in range(1600)])   # ~3 WordPiece tokens each: > 3,072
     page = np.full((500, 1000, 3), 255, np.uint8)
-    with caplog.at_level("WARNING", logger="dociq.predict"):
+    with caplog.at_level("WARNING", logger="dociq.inference.predictor"):
         masks, _ = predictor.predict(page, question="where is word1599?", words=words, word_boxes=boxes)
     assert masks.shape == (1, 500, 1000)
     assert any("did not fit the model's OCR budget" in r.message and "of 1600 OCR words" in r.message

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from dociq.data.ocr import PdfTextLayer
-from dociq.predict import Predictor, check_device, main
+from dociq.inference.predictor import Predictor, check_device, main
 
 H, W = 90, 160                      # landscape, not the model's 128 px
 WORDS = ["Invoice", "Total", "42.00"]
@@ -167,7 +167,7 @@ def test_devices_are_checked():
 
 
 def test_from_pretrained_reads_an_exported_folder(finetune_checkpoint, predictor, page, tmp_path):
-    from dociq.hub import export_checkpoint
+    from dociq.inference.hub import export_checkpoint
 
     folder = export_checkpoint(finetune_checkpoint[0], tmp_path / "model")
     loaded = Predictor.from_pretrained(folder)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dociq.data.errors import BOX_OVERSHOOT_TOLERANCE
-from dociq.predict import Predictor, main
-from dociq.tasks.checkpoint_io import CheckpointError
+from dociq.inference.predictor import Predictor, main
+from dociq.io.checkpoint import CheckpointError
 
 H, W = 90, 160      # the page below: landscape, not the model's 128 px
 
@@ -127,12 +127,12 @@ def test_empty_questions_are_refused(predictor, page, question, message):
 def test_a_question_cut_to_the_context_length_is_reported(predictor, page, caplog):
     long_question = "where is the " + " ".join(f"field{i}" for i in range(40)) + " value?"
     limit = predictor.question_tokenizer.context_length
-    with caplog.at_level(logging.WARNING, logger="dociq.predict"):
+    with caplog.at_level(logging.WARNING, logger="dociq.inference.predictor"):
         predictor.predict(page, question=["the title", long_question])
     cut = [r.getMessage() for r in caplog.records if "cut" in r.getMessage()]
     assert len(cut) == 1 and long_question[:30] in cut[0] and f"context length {limit}" in cut[0]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dociq.predict"):
+    with caplog.at_level(logging.WARNING, logger="dociq.inference.predictor"):
         predictor.predict(page, question="the title")
     assert not [r for r in caplog.records if "cut" in r.getMessage()]
 
@@ -149,7 +149,7 @@ def page_png(tmp_path, page):
 
 
 def _cli_error(argv, capsys) -> str:
-    assert main(argv) == 2        # returned, not raised: `dociq predict` (dociq/cli.py) calls main(argv)
+    assert main(argv) == 2        # returned, not raised: `dociq predict` (dociq/cli/__init__.py) calls main(argv)
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("dociq predict: error: ")

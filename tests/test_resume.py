@@ -1,7 +1,7 @@
 """Resume and faults of `python train.py stage=pretrain`.
 
 - A killed run resumes with `ckpt_path=last`: same global step, optimizer state and EMA target
-  (fast: in-process through dociq.train.train; slow: a real subprocess SIGKILLed mid-epoch).
+  (fast: in-process through dociq.training.train.train; slow: a real subprocess SIGKILLed mid-epoch).
 - A checkpoint is never half-written: a writer killed in the middle of saving leaves the previous
   last.ckpt loadable (train.py's trainer saves through AtomicCheckpointIO).
 """
@@ -63,8 +63,8 @@ def assert_starts_from(probe_path: Path, ckpt_path: Path) -> int:
 def test_resume_restores_step_optimizer_and_ema_in_process(tmp_path):
     from omegaconf import open_dict
 
-    from dociq.config import compose
-    from dociq.train import train
+    from dociq.training.config import compose
+    from dociq.training.train import train
 
     def run(extra):
         cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}", "trainer.max_steps=2"] + extra,
@@ -89,7 +89,7 @@ def test_resume_restores_step_optimizer_and_ema_in_process(tmp_path):
 def _fork_and_kill_during_save(path: Path, obj) -> None:
     """Fork a child that saves `obj` to `path` through train.py's checkpoint IO with a slow disk;
     SIGKILL it once the write has started."""
-    from dociq.tasks import checkpoint_io
+    from dociq.training.tasks import checkpoint_io
 
     started = path.parent / "started"
     pid = os.fork()
@@ -117,7 +117,7 @@ def _fork_and_kill_during_save(path: Path, obj) -> None:
 
 
 def test_kill_during_save_leaves_previous_last_ckpt_loadable(tmp_path):
-    from dociq.tasks.checkpoint_io import AtomicCheckpointIO
+    from dociq.io.checkpoint import AtomicCheckpointIO
 
     last = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"global_step": 5, "w": torch.arange(4.0)}, last)
@@ -129,9 +129,9 @@ def test_kill_during_save_leaves_previous_last_ckpt_loadable(tmp_path):
 
 
 def test_train_py_saves_through_the_atomic_checkpoint_io():
-    from dociq.config import compose
-    from dociq.tasks.checkpoint_io import AtomicCheckpointIO
-    from dociq.train import build_trainer
+    from dociq.training.config import compose
+    from dociq.io.checkpoint import AtomicCheckpointIO
+    from dociq.training.train import build_trainer
 
     cfg = compose(SMOKE + ["paths.root_dir=/tmp/unused", "callbacks=none"],
                   return_hydra_config=False)

@@ -23,7 +23,7 @@ from test_resume import REPO, SMOKE
 
 
 def _cfg(root: Path, name: str, extra: list[str]):
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     cfg = compose(SMOKE + [f"paths.root_dir={root}"] + extra)
     with open_dict(cfg):
@@ -32,7 +32,7 @@ def _cfg(root: Path, name: str, extra: list[str]):
 
 
 def _train(root: Path, name: str, extra: list[str]):
-    from dociq.train import train
+    from dociq.training.train import train
 
     return train(_cfg(root, name, extra))
 
@@ -42,7 +42,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_divergence_stops_the_run_and_keeps_the_good_last_ckpt(tmp_path):
-    from dociq.callbacks import NonFiniteTrainingError
+    from dociq.training.callbacks import NonFiniteTrainingError
 
     # lr=1e3 (the issue's case): step 1 is still finite and checkpointed, step 2 diverges
     with pytest.raises(NonFiniteTrainingError) as err:
@@ -94,7 +94,7 @@ def test_sngd_stops_after_max_skips_in_row():
 
 @pytest.mark.parametrize("damage", ["truncate", "empty", "text"])
 def test_failed_resume_leaves_every_file_as_it_was(tmp_path, damage):
-    from dociq.tasks.checkpoint_io import CheckpointError
+    from dociq.io.checkpoint import CheckpointError
 
     _train(tmp_path, "run", ["trainer.max_steps=2"])
     run = tmp_path / "outputs/pretrain/runs/run"
@@ -143,7 +143,7 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
 def test_claim_run_dir_is_atomic_across_processes(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
 
-    from dociq.config import claim_run_dir
+    from dociq.training.config import claim_run_dir
 
     with ProcessPoolExecutor(2) as pool:
         claimed = list(pool.map(claim_run_dir, [str(tmp_path / "run")] * 8))
@@ -160,7 +160,7 @@ def test_claim_run_dir_is_atomic_across_processes(tmp_path):
     ("optim.optimizer.lr=fast", "optim.optimizer.lr='fast'"),
 ])
 def test_config_values_that_cannot_work_name_their_key(tmp_path, override, key):
-    from dociq.config_checks import ConfigError
+    from dociq.training.config_checks import ConfigError
 
     with pytest.raises(ConfigError) as err:
         _train(tmp_path, "run", [override])
@@ -169,13 +169,13 @@ def test_config_values_that_cannot_work_name_their_key(tmp_path, override, key):
 
 def test_skipped_pages_are_logged_and_counted(tmp_path):
     """Pages a data set skips (`on_bad_sample=skip`) show up as `data/skipped` in metrics.csv."""
-    from dociq.callbacks import SkippedPages
+    from dociq.training.callbacks import SkippedPages
 
     cfg = _cfg(tmp_path, "run", ["trainer.max_steps=3", "data.batch_size=4"])
     with open_dict(cfg):
         cfg.data.train_set = {"_target_": "test_run_safety.EveryFourthPageBad",
                               "num_pages": 64, "image_size": 128, "seed": 0}
-    from dociq.train import train
+    from dociq.training.train import train
 
     train(cfg)
     rows = list(csv.DictReader((tmp_path / "outputs/pretrain/runs/run/csv/metrics.csv").open()))
@@ -187,7 +187,7 @@ class EveryFourthPageBad(torch.utils.data.Dataset):
     """Synthetic pages where every fourth one is 'bad' (None, as a data set under skip returns)."""
 
     def __init__(self, num_pages: int, image_size: int, seed: int) -> None:
-        from dociq.data.synthetic import SyntheticDocuments
+        from dociq.data.synthetic.generator import SyntheticDocuments
 
         self.inner = SyntheticDocuments(num_pages=num_pages, image_size=image_size, seed=seed)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from dociq.config import compose
+from dociq.training.config import compose
 
 SMALL = ["optim=sngd", "model.image_size=128", "trainer.max_steps=3", "trainer.val_check_interval=3",
          "trainer.limit_val_batches=1", "data.batch_size=2", "data.num_workers=0",
@@ -25,7 +25,7 @@ STAGES = {"ijepa": SMALL_MASKING, "mlm": [], "distill": [], "pretrain": SMALL_MA
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_every_stage_trains_with_sngd(stage, tmp_path):
-    from dociq.train import train
+    from dociq.training.train import train
 
     cfg = compose([f"stage={stage}", f"paths.root_dir={tmp_path}"] + SMALL + STAGES[stage])
     with open_dict(cfg):

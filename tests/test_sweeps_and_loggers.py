@@ -28,7 +28,7 @@ SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predict
     ("finetune", "maximize", "val/miou", "task.rounds", "task.ema.start"),
 ])
 def test_optuna_search_follows_the_stage(stage, direction, metric, searched, not_searched):
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     cfg = compose(["hparams_search=optuna", f"stage={stage}"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
@@ -47,7 +47,7 @@ def test_optuna_search_follows_the_stage(stage, direction, metric, searched, not
 def test_optuna_without_a_search_space_for_the_stage_stops_naming_the_file(capsys):
     from hydra.utils import instantiate
 
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     cfg = compose(["hparams_search=optuna", "stage=ijepa"], return_hydra_config=True)
     check = instantiate(cfg.hydra.callbacks.search_space_check)
@@ -68,8 +68,8 @@ def _run_dir_files(output_dir: Path) -> dict[str, list[Path]]:
 
 
 def test_all_three_loggers_write_their_run_files(tmp_path, monkeypatch):
-    from dociq.config import compose
-    from dociq.train import train
+    from dociq.training.config import compose
+    from dociq.training.train import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

@@ -1,7 +1,7 @@
 """Progress of long loops: a bar on a terminal, plain lines in a log file."""
 import io
 
-from dociq.track import track
+from dociq.io.track import track
 
 
 class FakeTerminal(io.StringIO):

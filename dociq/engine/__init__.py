@@ -3,7 +3,7 @@
 - `dociq.engine.store`: `EngineStore`, the SQLite + PNG store of pages and annotations;
 - `dociq.engine.importer`: pages from folders/PDFs/zips, COCO and FUNSD sets into a store;
 - `dociq.engine.coco_export`: a store as COCO JSON that `data=coco` reads unchanged;
-- `dociq.engine.cli`: `dociq engine import | export | progress | split`.
+- `dociq.cli.engine`: `dociq engine import | export | progress | split`.
 
 Only the store is imported eagerly (it needs no torch); the rest load on first use.
 """

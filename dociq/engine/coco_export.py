@@ -3,7 +3,7 @@
 Layout written: `<out>.json` plus `images/<page id>.png` beside it (the folder `CocoDocuments`
 looks in by default), hard-linked from the store when the file system allows, else copied.
 
-What goes where (dociq's COCO extension, see dociq/data/coco.py):
+What goes where (dociq's COCO extension, see dociq/data/datasets/coco.py):
 - image entry: id (1..N), file_name `<page id>.png`, width, height, page_id, words (text + xywh
   bbox), split and source in meta;
 - each accepted annotation WITH a category is a COCO annotation (id = the store's annotation id,
@@ -25,7 +25,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from dociq.data.coco import category_question_text
+from dociq.data.datasets.coco import category_question_text
 from dociq.data.image_io import atomic_write_text
 from dociq.engine.store import EngineStore
 

@@ -31,7 +31,7 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.engine.store import EngineStore, image_sha256
-from dociq.track import track
+from dociq.io.track import track
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def import_coco(store: EngineStore, annotation_file: str | Path, image_dir: str 
                 split: str = "train", ocr: str = "groundtruth", **coco_options) -> ImportResult:
     """Pages of a COCO JSON (DocLayNet, PubLayNet, a dociq export) with their regions as accepted
     annotations. file_names that are absolute or contain '..' are refused (skipped, listed)."""
-    from dociq.data.coco import CocoDocuments
+    from dociq.data.datasets.coco import CocoDocuments
 
     coco_options.setdefault("require_words", False)
     dataset = CocoDocuments(annotation_file, image_dir=image_dir, ocr=ocr, category_questions=False,
@@ -344,7 +344,7 @@ def import_funsd(store: EngineStore, root: str | Path, split: str = "training_da
     """Pages of a FUNSD folder (`root/<split>/annotations|images`): entities become accepted
     annotations (category = question/answer/header/other), link questions are kept. Pages go to
     store split `store_split` (default: 'train' for training_data, 'heldout' for testing_data)."""
-    from dociq.data.funsd import FunsdDocuments
+    from dociq.data.datasets.funsd import FunsdDocuments
 
     dataset = FunsdDocuments(root, split=split, ocr=ocr, require_words=False)
     if store_split is None:

@@ -367,7 +367,7 @@ def predict_task(engine, task: dict, config: LabelConfig, context: dict | None) 
 def question_for(label: str) -> str:
     """The question an instance of `label` answers: the model's own singular phrasing when it is a
     layout class it was trained on, else 'the <label>'."""
-    from dociq.data.synthetic_questions import LAYOUT_PHRASES
+    from dociq.data.synthetic.questions import LAYOUT_PHRASES
 
     key = re.sub(r"[\s-]+", "_", label.strip().lower())
     if key in LAYOUT_PHRASES:

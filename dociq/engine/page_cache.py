@@ -42,7 +42,7 @@ class Prediction:
 class PageCache:
     """LRU of embedded pages (`Predictor.page` states) + the last prediction per (session, page).
 
-    predictor:  a `dociq.predict.Predictor`.
+    predictor:  a `dociq.inference.predictor.Predictor`.
     load_page:  page id -> (image uint8 [H, W, 3], words, word_boxes [N, 4]); raises KeyError
                 (the store's UnknownPageError) for an unknown page. An `EngineStore` works via
                 `PageCache.from_store`.

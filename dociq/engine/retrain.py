@@ -122,7 +122,7 @@ def heldout_miou(checkpoint: Path, annotations: list, store, predictor_factory: 
     from dociq.engine.simulate import mask_iou
 
     if predictor_factory is None:
-        from dociq.predict import Predictor
+        from dociq.inference.predictor import Predictor
         predictor_factory = Predictor.from_checkpoint
     predictor = predictor_factory(checkpoint)
     by_page: dict[str, list] = {}
@@ -181,12 +181,12 @@ class TrainJob:
         for group in ("data", "model", "callbacks"):
             (conf / group).mkdir(parents=True, exist_ok=True)
         data = {
-            "_target_": "dociq.data.datamodule.DocumentDataModule",
+            "_target_": "dociq.training.datamodule.DocumentDataModule",
             "train_set": {
                 "_target_": "dociq.engine.retrain.MixedDocuments",
-                "user_set": {"_target_": "dociq.data.coco.CocoDocuments", "annotation_file": str(self.train_json),
+                "user_set": {"_target_": "dociq.data.datasets.coco.CocoDocuments", "annotation_file": str(self.train_json),
                              "ocr": "groundtruth", "on_bad_sample": "raise"},
-                "synthetic_set": {"_target_": "dociq.data.synthetic.SyntheticDocuments",
+                "synthetic_set": {"_target_": "dociq.data.synthetic.generator.SyntheticDocuments",
                                   "image_size": "${model.image_size}", **self.synthetic},
                 "synthetic_fraction": float(self.synthetic_fraction),
                 # enough items that one data epoch covers the run: synthetic pages never repeat
@@ -209,7 +209,7 @@ class TrainJob:
     def command(self) -> list[str]:
         entry = REPO_ROOT / "train.py"
         head = [sys.executable, str(entry)] if entry.is_file() else [
-            sys.executable, "-c", "from dociq.train import main; main()"]
+            sys.executable, "-c", "from dociq.training.train import main; main()"]
         own = ["stage=finetune", "model=engine_round", "data=engine_round", "callbacks=engine_round",
                f"init.from={hydra_quote(self.init_from)}", f"trainer.max_steps={self.steps}",
                f"trainer.val_check_interval={self.steps}", "trainer.limit_val_batches=0",
@@ -239,7 +239,7 @@ INHERITED_TASK_KEYS = ("ocr", "lexical_match", "loss_size")
 
 def checkpoint_hparams(path: Path) -> dict:
     """The hyper-parameters a stage=finetune checkpoint was trained with (`model` among them)."""
-    from dociq.tasks.checkpoint_io import read_checkpoint
+    from dociq.io.checkpoint import read_checkpoint
 
     hparams = read_checkpoint(path).get("hyper_parameters") or {}
     if "model" not in hparams:

@@ -219,7 +219,7 @@ class Engine:
 
     def reload_model(self, checkpoint: Path) -> None:
         """Predict with a new checkpoint from now on (a retrain round promoted it)."""
-        from dociq.predict import load_predictor
+        from dociq.inference.predictor import load_predictor
 
         predictor = load_predictor(checkpoint, self.cache.predictor.device)
         self.cache.set_predictor(predictor)
@@ -277,7 +277,7 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     """The FastAPI app of the engine.
 
     store:            an `EngineStore`.
-    predictor:        a `dociq.predict.Predictor` (the cache embeds pages with it).
+    predictor:        a `dociq.inference.predictor.Predictor` (the cache embeds pages with it).
     token:            when set, every request needs `Authorization: Bearer <token>` (or Basic with
                       the token as password, Label Studio's way), or `?token=` on a GET the browser
                       loads (which also sets an HttpOnly SameSite=Strict cookie for the page's
@@ -514,7 +514,7 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
 def page_proposals(engine: Engine, page_id: str, points_per_side: int | None = None,
                    refresh: bool = False) -> tuple[list[dict], float]:
     """The automatic segmenter's regions of a page (cached per page until the model changes)."""
-    from dociq.automatic import PageSegmenter
+    from dociq.inference.automatic import PageSegmenter
     from dociq.engine.page_cache import ActivePagePredictor
 
     options = dict(engine.proposal_options)
@@ -699,7 +699,7 @@ def build_app(data_dir: str | Path, checkpoint: str | Path | None = None, token:
               device: str = "cpu", create: bool = False, **options):
     """The app for a store folder and a checkpoint (default: the store's promoted checkpoint)."""
     from dociq.engine.store import EngineStore
-    from dociq.predict import load_predictor
+    from dociq.inference.predictor import load_predictor
 
     store = EngineStore(data_dir, create=create)
     checkpoint = checkpoint or store.checkpoint()

@@ -37,7 +37,7 @@ AUTHOR = "simulated"
 
 
 class InteractivePredictor(Protocol):
-    """What the annotator needs of `dociq.predict.Predictor` (tests pass a scripted one)."""
+    """What the annotator needs of `dociq.inference.predictor.Predictor` (tests pass a scripted one)."""
 
     def set_image(self, image: np.ndarray, words=None, word_boxes=None) -> None: ...
 

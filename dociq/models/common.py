@@ -64,7 +64,7 @@ def load_state_dict_like(state_dict_or_path: Mapping[str, Tensor] | str | os.Pat
         path = os.fspath(state_dict_or_path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what}: checkpoint {path!r} does not exist; pass the path of a local .pth file")
-        from dociq.tasks.checkpoint_io import read_checkpoint
+        from dociq.io.checkpoint import read_checkpoint
 
         state = read_checkpoint(path)
     else:

@@ -177,7 +177,7 @@ def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tens
     if not path.is_file():
         raise FileNotFoundError(f"image encoder checkpoint {path} does not exist: set init.image_encoder "
                                 "to a .ckpt/.pth file (or null)")
-    from dociq.tasks.checkpoint_io import read_checkpoint
+    from dociq.io.checkpoint import read_checkpoint
 
     checkpoint = read_checkpoint(path)  # a dict, or a CheckpointError (a ValueError) naming the file
     if "state_dict" in checkpoint:  # Lightning: `image_encoder.*` (ijepa) or `model.image_encoder.*` (pretrain, ...)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dociq.models.common import LayerNorm2d
-from dociq.models.dociq import DocumentModel
+from dociq.models.document_model import DocumentModel
 from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder

@@ -271,7 +271,7 @@ def load_text_encoder_from_checkpoint(path: str | os.PathLike) -> dict[str, torc
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.text_encoder / init.from)")
-    from dociq.tasks.checkpoint_io import read_checkpoint
+    from dociq.io.checkpoint import read_checkpoint
 
     ckpt = read_checkpoint(path)
     state = ckpt.get("state_dict", ckpt)
@@ -310,7 +310,7 @@ def _read_hf_state_dict(directory: Path) -> dict[str, torch.Tensor]:
 
         return load_file(str(directory / "model.safetensors"))
     if (directory / "pytorch_model.bin").exists():
-        from dociq.tasks.checkpoint_io import read_checkpoint
+        from dociq.io.checkpoint import read_checkpoint
 
         return read_checkpoint(directory / "pytorch_model.bin")
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}: give a "

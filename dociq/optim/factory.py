@@ -1,7 +1,7 @@
 """Optimizer and scheduler factories selected by `configs/optim/*.yaml` (Hydra partials).
 
 Every optimizer factory takes the task's trainable `(name, parameter)` pairs (see
-`dociq/tasks/base.py`) and returns a `torch.optim.Optimizer`; the names route parameters to
+`dociq/training/tasks/base.py`) and returns a `torch.optim.Optimizer`; the names route parameters to
 param groups (no weight decay on norms/biases; GaLore/SubspaceNGD only on matrices).
 """
 from __future__ import annotations

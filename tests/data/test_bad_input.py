@@ -192,7 +192,7 @@ def test_policy_skip_records_once_and_warns(caplog):
 # bad pages in a COCO data set: each raises naming the file, or with on_bad_sample="skip" reads
 # as None, is logged with file + reason and listed in dataset.bad_samples
 
-from dociq.data.coco import CocoDocuments  # noqa: E402
+from dociq.data.datasets.coco import CocoDocuments  # noqa: E402
 
 
 def _coco(tmp_path, pages):

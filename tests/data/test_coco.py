@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from pycocotools import mask as mask_util
 
-from dociq.data.coco import CocoDocuments, category_question_text, encode_mask, write_coco
+from dociq.data.datasets.coco import CocoDocuments, category_question_text, encode_mask, write_coco
 from dociq.data.schema import Page, Question, Region
 
 
@@ -83,7 +83,7 @@ def test_round_trip_hand_built_pages(tmp_path):
 
 
 def test_round_trip_synthetic_pages(tmp_path):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     # degraded pages too: their rotated masks are no rectangles and their boxes not integers
     pages = [SyntheticDocuments(num_pages=2, image_size=160, seed=3, degrade=d)[i]

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from dociq.data.errors import BadSampleError
-from dociq.data.funsd import FunsdDocuments, link_question_text
+from dociq.data.datasets.funsd import FunsdDocuments, link_question_text
 
 
 def _entity(eid, label, text, box, words, linking=()):

@@ -138,7 +138,7 @@ def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch)
 # ---------------------------------------------------------------------------------------------
 # the backends behind CocoDocuments(ocr=...)
 
-from dociq.data.coco import CocoDocuments  # noqa: E402
+from dociq.data.datasets.coco import CocoDocuments  # noqa: E402
 
 
 def _coco_for(tmp_path, file_name, width, height):

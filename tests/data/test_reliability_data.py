@@ -18,9 +18,9 @@ from PIL import Image
 
 from pycocotools import mask as mask_util
 
-from dociq.data.coco import CocoDocuments, encode_mask, rle_string_counts
+from dociq.data.datasets.coco import CocoDocuments, encode_mask, rle_string_counts
 from dociq.data.errors import BadSampleError
-from dociq.data.funsd import FUNSD_LABELS, FunsdDocuments
+from dociq.data.datasets.funsd import FUNSD_LABELS, FunsdDocuments
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import PdfTextLayer
 

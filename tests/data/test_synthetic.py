@@ -9,7 +9,7 @@ import pytest
 
 from dociq.data.degrade import degrade_page, rotate_page
 from dociq.data.schema import QUESTION_KINDS, REGION_CLASSES, SYNTHETIC_CLASSES, Page
-from dociq.data.synthetic import SyntheticDocuments, generate_page
+from dociq.data.synthetic.generator import SyntheticDocuments, generate_page
 
 SIZE = 384
 
@@ -219,7 +219,7 @@ def test_make_synthetic_script_writes_pages_the_coco_reader_reads_back(tmp_path)
     import importlib.util
     from pathlib import Path
 
-    from dociq.data.coco import CocoDocuments
+    from dociq.data.datasets.coco import CocoDocuments
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "make_synthetic.py"
     spec = importlib.util.spec_from_file_location("make_synthetic", script)
@@ -244,7 +244,7 @@ def test_make_synthetic_script_writes_pages_the_coco_reader_reads_back(tmp_path)
 
 
 def test_missing_fonts_name_the_folders_and_the_fix(tmp_path, monkeypatch):
-    from dociq.data import synthetic_fonts
+    from dociq.data.synthetic import fonts as synthetic_fonts
 
     monkeypatch.setattr(synthetic_fonts, "SYSTEM_FONT_DIR", tmp_path)
     monkeypatch.setattr(synthetic_fonts, "font_dirs", lambda: [tmp_path])

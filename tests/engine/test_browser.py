@@ -21,12 +21,12 @@ import httpx  # noqa: E402
 
 from dociq.engine.server import ServerThread, create_app  # noqa: E402
 from dociq.engine.store import EngineStore  # noqa: E402
-from dociq.predict import Predictor  # noqa: E402
+from dociq.inference.predictor import Predictor  # noqa: E402
 
 
 @pytest.fixture
 def live(tmp_path, finetune_checkpoint):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     store = EngineStore(tmp_path / "data", create=True)
     for i in range(2):
@@ -145,7 +145,7 @@ def test_propose_all_then_accept_and_reject_proposals(live, browser):
 
 
 def test_the_ui_works_with_a_token(tmp_path, finetune_checkpoint, browser):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     store = EngineStore(tmp_path / "data", create=True)
     page = SyntheticDocuments(1, image_size=(160, 128), seed=4)[0]

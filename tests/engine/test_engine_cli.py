@@ -1,7 +1,7 @@
-"""`dociq engine serve|retrain` reach their modules through dociq.engine.cli."""
+"""`dociq engine serve|retrain` reach their modules through dociq.cli.engine."""
 import pytest
 
-from dociq.engine.cli import main
+from dociq.cli.engine import main
 
 
 @pytest.mark.parametrize("command, usage", [("retrain", "usage: dociq engine retrain"),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dociq.data.coco import CocoDocuments
-from dociq.engine.cli import main as engine_main
+from dociq.data.datasets.coco import CocoDocuments
+from dociq.cli.engine import main as engine_main
 from dociq.engine.coco_export import export_coco
 from dociq.engine.importer import import_coco, import_folder, import_funsd, split_heldout
 from dociq.engine.store import EngineStore

@@ -15,7 +15,7 @@ from dociq.engine.label_studio import (LabelConfig, decode_ls_rle, encode_ls_rle
                                        mask_to_ls_rle, mask_to_polygon, polygon_to_mask)
 from dociq.engine.server import create_app  # noqa: E402
 from dociq.engine.store import EngineStore  # noqa: E402
-from dociq.predict import Predictor  # noqa: E402
+from dociq.inference.predictor import Predictor  # noqa: E402
 
 LABEL_CONFIG = """
 <View>
@@ -42,7 +42,7 @@ def predictor(finetune_checkpoint):
 
 @pytest.fixture
 def engine(tmp_path, predictor):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     store = EngineStore(tmp_path / "data", create=True)
     page = SyntheticDocuments(1, image_size=(160, 128), seed=5)[0]

@@ -10,14 +10,14 @@ httpx = pytest.importorskip("httpx")
 
 from dociq.engine.server import ServerThread, create_app, mask_to_rle  # noqa: E402
 from dociq.engine.store import EngineStore  # noqa: E402
-from dociq.predict import Predictor  # noqa: E402
+from dociq.inference.predictor import Predictor  # noqa: E402
 
 CLIENTS = 4
 SAVES = 10
 
 
 def test_concurrent_annotators_lose_nothing(tmp_path, finetune_checkpoint):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     store = EngineStore(tmp_path / "data", create=True)
     pages = SyntheticDocuments(3, image_size=(160, 128), seed=2)

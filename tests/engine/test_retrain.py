@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dociq.data.schema import Page, Question
-from dociq.data.synthetic import generate_page
+from dociq.data.synthetic.generator import generate_page
 from dociq.engine.retrain import MixedDocuments, RoundFailedError, TrainJob, run_round
 from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth, summarise
 from dociq.engine.store import EngineStore
@@ -279,7 +279,7 @@ def test_one_real_round_on_a_tiny_store(tmp_path, finetune_checkpoint):
     [recorded] = store.rounds()
     assert recorded["metrics"]["status"] == result.status and recorded["metrics"]["steps"] == 2
     # the new checkpoint is a stage=finetune checkpoint the Predictor (and the next round) can load
-    from dociq.predict import Predictor
+    from dociq.inference.predictor import Predictor
     Predictor.from_checkpoint(result.new_checkpoint)
 
 

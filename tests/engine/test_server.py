@@ -16,11 +16,11 @@ from dociq.engine import server  # noqa: E402
 from dociq.engine.page_cache import PageCache  # noqa: E402
 from dociq.engine.server import create_app, mask_to_rle, rle_to_mask  # noqa: E402
 from dociq.engine.store import EngineStore  # noqa: E402
-from dociq.predict import Predictor  # noqa: E402
+from dociq.inference.predictor import Predictor  # noqa: E402
 
 
 def synthetic_pages(n, size=(160, 128)):
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     return [SyntheticDocuments(n, image_size=size, seed=3)[i] for i in range(n)]
 

@@ -134,7 +134,7 @@ def test_wrong_dense_token_count_is_explained(trunk):
 def test_document_model_dense_encode_matches_multiscale_path():
     """`encode(multiscale=True)` (finetune) gives the same fused tokens as the plain dense path,
     plus the four stage maps; with keep_idx the image output is still the whole grid."""
-    from dociq.models.dociq import DocumentModel
+    from dociq.models.document_model import DocumentModel
 
     torch.manual_seed(0)
     model = DocumentModel.from_config(dict(size="tiny", image_size=64, image_encoder={},

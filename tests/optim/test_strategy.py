@@ -9,7 +9,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from dociq.optim import factory
 from dociq.optim.strategy import SNGDDDPStrategy, SNGDSingleDeviceStrategy, resolve_strategy
-from dociq.tasks.base import DociqTask
+from dociq.training.tasks.base import DociqTask
 
 
 class Regression(DociqTask):

@@ -1,10 +1,10 @@
-"""The anti-collapse regulariser (dociq/tasks/collapse.py): it measures across-page content at a
+"""The anti-collapse regulariser (dociq/training/tasks/collapse.py): it measures across-page content at a
 fixed unit, ignores what position alone explains, and its gradient restores that content."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from dociq.tasks.collapse import CollapseRegConfig, collapse_terms, unit_residuals
+from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unit_residuals
 
 CFG = CollapseRegConfig(variance=1.0, covariance=0.04, gamma=0.5)
 

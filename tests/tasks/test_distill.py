@@ -6,7 +6,7 @@ import torch
 from dociq.data.collate import DocumentCollator
 from dociq.models.teacher import build_tiny_teacher
 from dociq.models.text_encoder import load_tokenizer
-from dociq.tasks.distill import RANDOM_TEACHER_MARKER, DistillTask, pool_words, words_from_wordpiece
+from dociq.training.tasks.distill import RANDOM_TEACHER_MARKER, DistillTask, pool_words, words_from_wordpiece
 
 from test_mlm import WORDS, make_pages, mlm_batch
 

@@ -6,9 +6,9 @@ from torch import nn
 
 from dociq.data.masking import MultiBlockMasking
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
-from dociq.models.predictor import Predictor
-from dociq.tasks.ema import ema_update, make_ema_target, momentum_schedule
-from dociq.tasks.ijepa import IJEPATask, select_units
+from dociq.models.jepa_predictor import JEPAPredictor
+from dociq.training.tasks.ema import ema_update, make_ema_target, momentum_schedule
+from dociq.training.tasks.ijepa import IJEPATask, select_units
 
 SMALL = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1))
 
@@ -96,7 +96,7 @@ def test_predictions_depend_only_on_context_units():
 
 def test_predictor_uses_positions_not_token_order():
     torch.manual_seed(0)
-    predictor = Predictor.from_size("tiny", in_dim=24, dim=32, depth=2, num_heads=2).eval()
+    predictor = JEPAPredictor.from_size("tiny", in_dim=24, dim=32, depth=2, num_heads=2).eval()
     tokens, ctx = torch.randn(1, 5, 24), torch.tensor([[0, 3, 7, 9, 12]])
     tgt = torch.tensor([[5, 6]])
     with torch.no_grad():
@@ -122,7 +122,7 @@ def test_bad_batches_fail_with_the_fix():
 
 def test_loss_falls_on_synthetic_pages():
     from dociq.data.collate import DocumentCollator
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     torch.manual_seed(0)
     pages = SyntheticDocuments(8, image_size=128, seed=0)
@@ -188,7 +188,7 @@ def test_collapse_regulariser_joins_the_loss_and_reaches_the_encoder():
 
 
 def test_unexplained_fraction_is_one_for_the_average_page_and_zero_for_the_truth():
-    from dociq.tasks.collapse import unexplained_fraction
+    from dociq.training.tasks.collapse import unexplained_fraction
 
     torch.manual_seed(0)
     B, N, E = 8, 16, 32
@@ -207,7 +207,7 @@ def test_unexplained_fraction_is_one_for_the_average_page_and_zero_for_the_truth
 def _target_std_after(steps: int, reg: dict) -> tuple[float, float]:
     """(first, last) target_std of a short I-JEPA run of a small Hiera on 32 synthetic pages."""
     from dociq.data.collate import DocumentCollator
-    from dociq.data.synthetic import SyntheticDocuments
+    from dociq.data.synthetic.generator import SyntheticDocuments
 
     pages = SyntheticDocuments(32, image_size=256, seed=0)
     collate = DocumentCollator(256, image_masking=MultiBlockMasking(8, num_targets=4, target_scale=(0.15, 0.2),

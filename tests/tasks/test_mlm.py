@@ -8,7 +8,7 @@ from dociq.data.collate import DocumentCollator
 from dociq.data.masking import MLMMasking
 from dociq.data.schema import Page
 from dociq.models.text_encoder import MLMHead
-from dociq.tasks.mlm import MLMTask, mlm_loss
+from dociq.training.tasks.mlm import MLMTask, mlm_loss
 
 WORDS = ("invoice total amount due date customer name address phone number order item quantity "
          "price tax subtotal payment terms account bank reference signature approved").split()
@@ -80,7 +80,7 @@ def test_missing_mlm_keys_name_the_config():
 def test_stage_config_builds_the_task_and_masking():
     from hydra.utils import instantiate
 
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     cfg = compose(["stage=mlm", "+model.text_encoder.num_hidden_layers=1"], return_hydra_config=False)
     assert cfg.stage.name == "mlm" and cfg.stage.monitor == "val/loss"

@@ -7,9 +7,9 @@ import torch
 
 from dociq.data.collate import DocumentCollator
 from dociq.data.masking import MLMMasking, MultiBlockMasking
-from dociq.data.synthetic import SyntheticDocuments
+from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import OcrTokenizer
-from dociq.tasks.pretrain import PretrainTask
+from dociq.training.tasks.pretrain import PretrainTask
 
 # Small enough for a few optimizer steps in seconds: 128 px pages = a 4x4 grid of mask units.
 MODEL = dict(size="tiny", image_size=128, mask_unit_px=32, image_encoder={}, text_encoder={},

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from dociq.data.collate import DocumentCollator
-from dociq.data.synthetic import SyntheticDocuments
+from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.models.segmenter import remove_ocr_words
-from dociq.tasks.segment import PROMPT_KINDS, SegmentTask
-from dociq.tasks.segment_losses import select_mask_prompt
-from dociq.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
+from dociq.training.tasks.segment import PROMPT_KINDS, SegmentTask
+from dociq.training.tasks.segment_losses import select_mask_prompt
+from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 
 MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
          "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
@@ -290,8 +290,8 @@ def test_batch_without_questions_names_the_fix(batch, task):
 
 
 def test_stage_config_monitors_val_miou():
-    from dociq.config import compose
-    from dociq.tasks.registry import resolve_stage
+    from dociq.training.config import compose
+    from dociq.training.tasks.registry import resolve_stage
 
     cfg = compose(["stage=finetune"])
     assert resolve_stage(cfg.stage.name) is SegmentTask

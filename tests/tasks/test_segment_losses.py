@@ -6,7 +6,7 @@ import torch
 
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
-from dociq.tasks.segment_losses import (
+from dociq.training.tasks.segment_losses import (
     append_points,
     dice_loss,
     focal_loss,

@@ -7,8 +7,8 @@ import hashlib
 
 import numpy as np
 
-from dociq.data.corpus.record import RECORD_VERSION, encode_png
-from dociq.data.corpus.store import CorpusWriter
+from dociq.data.datasets.corpus.record import RECORD_VERSION, encode_png
+from dociq.data.datasets.corpus.store import CorpusWriter
 
 SIZE = (48, 64)  # H, W
 

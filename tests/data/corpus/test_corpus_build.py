@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from dociq.data.corpus.build import BuildSettings, build_corpus, split_of
-from dociq.data.corpus.dataset import CorpusDocuments
-from dociq.data.corpus.label_document import LabelSettings
+from dociq.data.datasets.corpus.build import BuildSettings, build_corpus, split_of
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.datasets.corpus.label_document import LabelSettings
 from pdfs import encrypted_pdf, manual_pages, write_pdf
 
 HAS_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
@@ -215,8 +215,8 @@ def test_train_py_trains_on_a_built_corpus(built, tmp_path, stage, data, extra):
     """`data=corpus` and `data=corpus_mixed` as a user composes them: a few steps, finite losses."""
     from omegaconf import open_dict
 
-    from dociq.config import compose
-    from dociq.train import train
+    from dociq.training.config import compose
+    from dociq.training.train import train
 
     out, _ = built
     roots = ([f"data.train_set.datasets.0.root={out}"] if data == "corpus_mixed" else [f"data.train_set.root={out}"])

@@ -12,9 +12,9 @@ import pytest
 from torch.utils.data import DataLoader
 
 from corpus_testdata import DOCUMENTS, add_documents, build, document, expected_pages
-from dociq.data.corpus.dataset import CorpusDocuments, MixedDocuments
-from dociq.data.corpus.record import record_to_page
-from dociq.data.corpus.store import CorpusWriter
+from dociq.data.datasets.corpus.dataset import CorpusDocuments, MixedDocuments
+from dociq.data.datasets.corpus.record import record_to_page
+from dociq.data.datasets.corpus.store import CorpusWriter
 from dociq.data.errors import BadSampleError
 
 
@@ -173,7 +173,7 @@ def test_mixture_length_defaults_and_checks():
 def test_data_configs_instantiate_on_a_built_corpus(corpus):
     from hydra.utils import instantiate
 
-    from dociq.config import compose
+    from dociq.training.config import compose
 
     data_dir = corpus.parent / "data"
     if not (data_dir / "corpus").exists():

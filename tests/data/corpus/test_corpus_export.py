@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from corpus_testdata import build
-from dociq.data.coco import CocoDocuments
-from dociq.data.corpus.dataset import CorpusDocuments
-from dociq.data.corpus.export import export_coco
+from dociq.data.datasets.coco import CocoDocuments
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.datasets.corpus.export import export_coco
 
 
 @pytest.fixture(scope="module")

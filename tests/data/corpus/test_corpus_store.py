@@ -7,9 +7,9 @@ import json
 import pytest
 
 from corpus_testdata import DOCUMENTS, add_documents, bad_document, build, document, page_key
-from dociq.data.corpus import store
-from dociq.data.corpus.dataset import CorpusDocuments
-from dociq.data.corpus.store import CorpusWriter, committed_shards
+from dociq.data.datasets.corpus import store
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.datasets.corpus.store import CorpusWriter, committed_shards
 
 
 def _names(root) -> list[str]:

@@ -1,0 +1,153 @@
+"""The `dociq` command: one entry point for training, inference, evaluation and export.
+
+    dociq train stage=pretrain trainer.max_steps=100     # = python train.py ... (Hydra overrides)
+    dociq predict run.ckpt page.png --question "total?"  # dociq.inference.predictor
+    dociq segment-page run.ckpt page.png                 # dociq.inference.automatic (segment everything)
+    dociq eval run.ckpt --pages 64                       # dociq.evaluation.heldout
+    dociq export run.ckpt exported/                      # dociq.inference.hub export
+    dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
+    dociq corpus build pdfs/ data/corpus                 # dociq.cli.corpus (real documents)
+    dociq --debug predict ...                            # tracebacks instead of one-line errors
+
+Each subcommand's arguments go to its module unchanged (`dociq predict --help` is predict's help).
+A user's mistake (a missing file, a bad value: ValueError and dociq's CheckpointError,
+BadSampleError, ConfigError, ...) prints `dociq <cmd>: error: <message>` on one line and exits 2;
+`--debug` or DOCIQ_DEBUG=1 shows the traceback instead. Modules are imported only when their
+subcommand runs, so `dociq --help` is quick and one broken module does not break the others.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    module: str | None                       # imported when the command runs
+    prefix: tuple[str, ...] = ()             # arguments put before the user's (e.g. hub's "export")
+    takes_debug: bool = False                # the module's own parser has --debug
+    missing: str | None = None               # the error when the module is not installed
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("train a stage (Hydra overrides, as `python train.py`)", "dociq.training.train"),
+    "predict": Command("segment a page with a fine-tuned checkpoint and prompts", "dociq.inference.predictor",
+                       takes_debug=True),
+    "segment-page": Command("segment everything on a page (automatic mask generation)", "dociq.inference.automatic",
+                            takes_debug=True),
+    "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.evaluation.heldout"),
+    "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.inference.hub", prefix=("export",),
+                      takes_debug=True),
+    "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "
+                      "export COCO (dociq corpus --help)", "dociq.cli.corpus"),
+    "engine": Command("the data engine: import pages, annotate, export (dociq engine --help)", "dociq.cli.engine",
+                      missing="the data engine is not available yet (it is being built); "
+                              "train on data=synthetic|coco|funsd for now"),
+}
+
+
+class UsageError(Exception):
+    """A mistake in the `dociq` command line itself (not in a subcommand's arguments)."""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as package_version
+
+    try:
+        return package_version("dociq")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown (not installed: pip install -e .)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    lines = [f"  {name:<13} {cmd.help}" for name, cmd in COMMANDS.items()]
+    parser = argparse.ArgumentParser(
+        prog="dociq", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Promptable document segmentation: train, predict, evaluate, export.",
+        epilog="commands:\n" + "\n".join(lines) + "\n\n`dociq <command> --help` shows a command's options; "
+               "docs/cli.md has an example of each.")
+    parser.add_argument("--version", action="version", version=f"dociq {version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks instead of one-line errors (also: DOCIQ_DEBUG=1)")
+    parser.add_argument("command", choices=list(COMMANDS), metavar="command",
+                        help="one of: " + ", ".join(COMMANDS))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's arguments")
+    return parser
+
+
+def debug_enabled(flag: bool) -> bool:
+    return flag or os.environ.get("DOCIQ_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def load_main(name: str, cmd: Command) -> Callable:
+    try:
+        module = importlib.import_module(cmd.module)
+    except ModuleNotFoundError as err:
+        parts = cmd.module.split(".")
+        if err.name not in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
+            raise   # the module is there but one of its own imports failed: a real error
+        raise UsageError(cmd.missing or f"{cmd.module} is not part of this dociq install (yet): `dociq {name}` "
+                         f"is not available; update dociq (git pull && pip install -e .)") from err
+    return module.main
+
+
+def run_train(args: list[str], debug: bool) -> int:
+    """Hand the overrides to the Hydra entry point exactly as `python train.py ARGS` would."""
+    main = load_main("train", COMMANDS["train"])
+    if debug:
+        os.environ["HYDRA_FULL_ERROR"] = "1"   # Hydra's own switch for the full traceback
+    saved = sys.argv
+    sys.argv = [saved[0], *args]
+    try:
+        main()
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def run_module(name: str, args: list[str], debug: bool) -> int:
+    cmd = COMMANDS[name]
+    main = load_main(name, cmd)
+    argv = [*cmd.prefix, *args]
+    if debug and cmd.takes_debug and "--debug" not in argv:
+        argv.append("--debug")
+    saved = sys.argv[0]
+    sys.argv[0] = f"dociq {name}"   # argparse's usage and error lines then name the subcommand
+    try:
+        code = main(argv)
+    finally:
+        sys.argv[0] = saved
+    return int(code) if isinstance(code, int) else 0
+
+
+def dispatch(name: str, args: list[str], debug: bool) -> int:
+    if name == "train":
+        return run_train(args, debug)
+    return run_module(name, args, debug)
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    debug = debug_enabled(ns.debug)
+    try:
+        return dispatch(ns.command, list(ns.args), debug)
+    # CheckpointError, BadSampleError, ConfigError are ValueErrors: the user's input, not a bug
+    except (UsageError, FileNotFoundError, ValueError) as err:
+        if debug:
+            raise
+        print(f"dociq {ns.command}: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dociq {ns.command}: interrupted", file=sys.stderr)
+        return 130
+

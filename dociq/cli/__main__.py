@@ -1,0 +1,3 @@
+from dociq.cli import main
+
+raise SystemExit(main())

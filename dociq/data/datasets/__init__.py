@@ -1,0 +1,1 @@
+"""Data sets on disk: COCO-format sets, FUNSD and the real-document corpus."""

@@ -1,0 +1,1 @@
+"""The synthetic page generator: content, layout, fonts, rendering and questions."""

@@ -1,0 +1,1 @@
+"""Evaluation: held-out mIoU per prompt kind, COCO mAP of segmented pages, encoder probes."""

@@ -1,0 +1,396 @@
+"""Held-out evaluation of a `stage=finetune` checkpoint: mIoU per question kind and per prompt.
+
+    python -m dociq.evaluation.heldout CKPT [CKPT ...] --pages 128 --json results.json
+
+Every question of `--pages` held-out synthetic pages (seed 1000003, the `data.val_set` of
+training, which no training page shares) is prompted, one round, three ways:
+- `question`: the question only (what a user types);
+- `box`: the target's tight box only (SAM's box prompt);
+- `question_no_ocr`: the question only, with the page's OCR words removed from the model's input
+  (the same weights: how much of the answer comes from reading);
+- `box_region`: the box of one annotated region (up to `max_questions` per page, drawn with a fixed
+  seed), target that region's mask — SAM's box prompt, one object per box. (`box` uses the
+  question targets, and a plural layout question's target is several regions inside one box.)
+- `point_region`: one positive click inside each of the same regions, nothing else, target that
+  region's mask — SAM's click prompt (the model's three candidate masks; the one its IoU head
+  ranks first is scored).
+The `_region` sets report their regions by size, as COCO does: `small` (< 1 % of the page),
+`medium` (1-5 %), `large` (>= 5 %) — on synthetic pages most small regions are table cells and
+form fields, the large ones paragraphs, tables and figures.
+mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
+printed table; counts per kind are reported next to it.
+
+Real pages: `--data corpus --corpus data/corpus --split val` asks the same prompts on the held-out
+split of a `dociq corpus build` (docs/corpus.md: split by document, weakly labelled regions and
+their questions).
+
+COCO layout detection (DocLayNet / PubLayNet / `scripts/make_synthetic.py` folders):
+
+    python -m dociq.evaluation.heldout CKPT --data coco --annotations DIR/annotations.json [--image-dir DIR/images]
+                             [--max-pages N] [--ocr groundtruth|tesseract|pdf] --json results.json
+
+runs the automatic page segmenter (dociq.inference.automatic.PageSegmenter) on every page and scores its
+regions with COCO mAP (dociq.evaluation.coco_map: bbox and segm, AP@[.5:.95], AP50, AP75, per class); the
+segmenter's class names map to the file's category ids by name (case-insensitive, '-' / '_' / ' '
+alike; `--category-map model_name=coco_name` adds others); regions of other classes are dropped
+and counted per class. On the same embedded pages, each page's questions (the stored ones, or one
+"segment every <category>" per category) are asked and scored as above: mIoU per question kind.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from dociq.evaluation.coco_map import coco_map, load_coco
+from dociq.data.collate import DocumentCollator
+from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
+from dociq.data.synthetic.generator import SyntheticDocuments
+from dociq.data.tokenize import QuestionTokenizer
+from dociq.models.grounding import first_subtokens
+from dociq.models.word_snap import paint_words, snap_to_words
+from dociq.io.checkpoint import CheckpointError, read_checkpoint
+from dociq.training.tasks.segment import SegmentTask
+from dociq.training.tasks.segment_metrics import SegmentationMetrics
+from dociq.io.track import track
+
+PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
+               "question_no_ocr": (("question",), False), "box_region": (("box",), True),
+               "point_region": (("point",), True)}
+# Text-free heuristics scored on the same prompts and targets (no model): a layout question is
+# answered by all the words' area, a reading or cell question by the boxes of the words it names,
+# a box prompt by the box itself. A model that does not beat them has not learnt the task.
+HEURISTIC_SETS = ("heuristic_question", "heuristic_box")
+VAL_SEED = 1000003
+# Region size classes of the *_region prompt sets: (name, upper bound of the page fraction).
+REGION_SIZES = (("small", 0.01), ("medium", 0.05), ("large", float("inf")))
+
+
+def load_task(path: str | Path) -> SegmentTask:
+    """The SegmentTask of a finetune checkpoint, weights loaded, in eval mode."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist: pass a stage=finetune .ckpt")
+    ckpt = read_checkpoint(path)
+    hparams = dict(ckpt.get("hyper_parameters") or {})
+    if "model" not in hparams or "state_dict" not in ckpt:
+        raise CheckpointError(path, "is not a stage=finetune checkpoint (no hyper_parameters.model / state_dict)",
+                              "give the checkpoint of a `python train.py stage=finetune` run")
+    hparams["init"] = None                      # the weights come from this checkpoint
+    task = SegmentTask(**hparams)
+    task.load_state_dict(ckpt["state_dict"], strict=True)
+    return task.eval()
+
+
+@torch.no_grad()
+def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
+             max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS),
+             data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False) -> dict:
+    """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} on held-out pages: the first
+    `pages` of `data` (e.g. a corpus's val split; None: all of it), or by default `pages` held-out
+    synthetic pages of `seed`."""
+    image_size = int(task.hparams["model"]["image_size"])
+    context = task.model.prompt_encoder.question_encoder.context_length
+    if data is None:
+        data = SyntheticDocuments(num_pages=pages or 128, image_size=image_size, seed=seed, degrade=0.3)
+    pages = len(data) if pages is None else min(pages, len(data))
+    collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
+                               max_questions=max_questions, seed=seed)
+    sizes = tuple(name for name, _ in REGION_SIZES)
+    metrics = {name: SegmentationMetrics(kinds=sizes if name.endswith("_region") else QUESTION_KINDS)
+               for name in prompt_sets}
+    if heuristics:
+        metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
+    snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
+    metrics |= {f"{name}_snap": SegmentationMetrics(kinds=metrics[name].kinds) for name in snapped_sets}
+    painted_sets = [name for name in snapped_sets if "question" in PROMPT_SETS[name][0]]
+    metrics |= {f"{name}_words": SegmentationMetrics(kinds=metrics[name].kinds) for name in painted_sets}
+    use_ocr = task.use_ocr
+    try:
+        for start in track(range(0, pages, batch_size), desc="held-out batches"):
+            page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
+            batch = collate(page_list)
+            region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
+                if any(name.endswith("_region") for name in prompt_sets) else None
+            for name in prompt_sets:
+                prompt_kinds, with_ocr = PROMPT_SETS[name]
+                task.use_ocr = use_ocr and with_ocr
+                b = region_batch if name.endswith("_region") else batch
+                kinds = [k for page in b["prompt_kind"] for k in page]
+                out = task.run_rounds(b, 1, kinds=prompt_kinds)
+                valid = out["valid"]
+                metrics[name].update(out["masks"][valid] > 0, out["targets"][valid] > 0.5, kinds)
+                if name in snapped_sets:
+                    snapped = snap_batch(out["masks"] > 0, b, image_size)
+                    metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
+                if name in painted_sets and out["relevance"] is not None:
+                    painted = paint_batch(out["relevance"] > 0, b, image_size)
+                    metrics[f"{name}_words"].update(painted[valid], out["targets"][valid] > 0.5, kinds)
+            if heuristics:
+                kinds = [k for page in batch["prompt_kind"] for k in page]
+                valid = batch["prompt_valid"].reshape(-1)
+                targets = batch["masks"].flatten(0, 1)[valid] > 0.5
+                for name, masks in heuristic_masks(batch, image_size).items():
+                    metrics[name].update(masks.flatten(0, 1)[valid], targets, kinds)
+    finally:
+        task.use_ocr = use_ocr
+    results = {}
+    for name, m in metrics.items():
+        values = {k: float(v) for k, v in m.compute().items()}
+        counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
+        results[name] = values | counts
+    return results
+
+
+def word_boxes_in_frame(batch: dict, i: int, size: int) -> np.ndarray:
+    """Page i's word boxes in pixels of the `size` input frame, one row per word."""
+    first = first_subtokens(batch["ocr_word_index"][i:i + 1])[0] & batch["ocr_mask"][i]
+    return batch["ocr_boxes"][i][first].float().numpy() * size / LAYOUT_SCALE
+
+
+def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
+    """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words."""
+    b = batch["ocr_ids"].shape[0]
+    q = masks.shape[0] // b
+    boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
+    return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
+
+
+def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
+    """Masks painted from the word grounding: relevant bool [B*Q, T] (per token) -> bool
+    [B*Q, size, size], each prompt's relevant words closed into blocks (word_snap.paint_words)."""
+    b = batch["ocr_ids"].shape[0]
+    q = relevant.shape[0] // b
+    first = first_subtokens(batch["ocr_word_index"]) & batch["ocr_mask"]
+    boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
+    return torch.stack([torch.from_numpy(paint_words((size, size), boxes[n // q], relevant[n][first[n // q]].numpy()))
+                        for n in range(relevant.shape[0])])
+
+
+def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
+    """The text-free answers of HEURISTIC_SETS for every prompt of a collated batch, bool
+    [B, Q, size, size] each (the input frame the targets are in)."""
+    b, q = batch["prompt_valid"].shape
+    boxes = (batch["ocr_boxes"].float() * size / LAYOUT_SCALE).round().long().clamp(0, size)
+    is_word = batch["ocr_mask"] & (batch["ocr_word_index"] >= 0)
+    words_area = torch.zeros(b, size, size, dtype=torch.bool)
+    named = torch.zeros(b, q, size, size, dtype=torch.bool)
+    matched = (batch["prompt_match"] > 0).any(2) & is_word[:, None]            # [B, Q, T]
+    for i in range(b):
+        for t in is_word[i].nonzero()[:, 0].tolist():
+            x0, y0, x1, y1 = boxes[i, t].tolist()
+            words_area[i, y0:y1, x0:x1] = True
+            for k in matched[i, :, t].nonzero()[:, 0].tolist():
+                named[i, k, y0:y1, x0:x1] = True
+    reading = torch.tensor([[kind in ("reading", "cell") for kind in kinds] + [False] * (q - len(kinds))
+                            for kinds in batch["prompt_kind"]])
+    question = torch.where(reading[..., None, None], named, words_area[:, None].expand(-1, q, -1, -1))
+    box = torch.zeros(b, q, size, size, dtype=torch.bool)
+    corners = batch["boxes"].round().long().clamp(0, size)
+    for i in range(b):
+        for k in range(q):
+            x0, y0, x1, y1 = corners[i, k].tolist()
+            box[i, k, y0:y1, x0:x1] = True    # mask_box: x1, y1 exclusive
+    return {"heuristic_question": question, "heuristic_box": box}
+
+
+def region_size(mask) -> str:
+    """small / medium / large: the region's share of the page (REGION_SIZES)."""
+    share = float(mask.mean())
+    return next(name for name, bound in REGION_SIZES if share < bound)
+
+
+def regions_as_prompts(page: Page, count: int, seed: int) -> Page:
+    """The page with up to `count` of its regions (fixed draw per page) as its prompts, one object
+    per prompt; the prompt's kind is the region's size class (`region_size`)."""
+    regions = [r for r in page.regions if r.mask.any()]
+    rng = random.Random(f"{seed}:{page.meta.get('page_id', '')}")
+    chosen = rng.sample(regions, k=min(count, len(regions)))
+    return dataclasses.replace(page, questions=[Question(text=r.label, kind=region_size(r.mask), mask=r.mask)
+                                                for r in chosen])
+
+
+def format_table(results: dict[str, dict]) -> str:
+    kinds = ["layout", "reading", "cell", "link"] + [name for name, _ in REGION_SIZES]
+    lines = ["| checkpoint | prompt | mIoU | " + " | ".join(f"mIoU {k}" for k in kinds) + " |",
+             "|---|---|---|" + "---|" * len(kinds)]
+    for ckpt, sets in results.items():
+        for name, r in sets.items():
+            cells = [f"{100 * r[f'miou_{k}']:.1f} (n={r.get(f'count_{k}', '?')})" if f"miou_{k}" in r else "-"
+                     for k in kinds]
+            lines.append(f"| {ckpt} | {name} | {100 * r.get('miou', float('nan')):.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@torch.no_grad()
+def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | None = None,
+                  max_pages: int | None = None, ocr: str = "groundtruth",
+                  category_map: dict[str, str] | None = None, **segmenter_options) -> dict:
+    """COCO mAP of the automatic segmenter's regions and per-kind mIoU of the pages' questions.
+
+    -> {"bbox": {AP, AP50, AP75, ..., per_class}, "segm": {...}, "questions": {miou, miou_<kind>,
+    count_<kind>, ...}, "pages", "skipped_pages", "regions", "dropped_regions": {class: count},
+    "unmatched_categories": [COCO categories no model class maps to]}"""
+    from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
+    from dociq.data.datasets.coco import CocoDocuments
+
+    data = CocoDocuments(annotations, image_dir=image_dir, ocr=ocr, on_bad_sample="skip")
+    gt = load_coco(annotations)
+    segmenter = PageSegmenter(predictor, **segmenter_options)
+    by_name = {normalise_name(c["name"]): c["id"] for c in gt.loadCats(gt.getCatIds())}
+    category_ids = {name: by_name[normalise_name(name)] for name in segmenter.categories
+                    if normalise_name(name) in by_name}
+    for model_name, coco_name in (category_map or {}).items():
+        if normalise_name(coco_name) not in by_name:
+            raise ValueError(f"--category-map {model_name}={coco_name}: {coco_name!r} is not a category of "
+                             f"{annotations} ({sorted(by_name)})")
+        if model_name not in segmenter.categories:
+            raise ValueError(f"--category-map {model_name}={coco_name}: {model_name!r} is not a class of the "
+                             f"segmenter ({sorted(segmenter.categories)})")
+        category_ids[model_name] = by_name[normalise_name(coco_name)]
+    mapped = set(category_ids.values())
+    unmatched = sorted(c["name"] for c in gt.loadCats(gt.getCatIds()) if c["id"] not in mapped)
+    metrics = SegmentationMetrics()
+    results, image_ids, dropped, skipped, found = [], [], {}, 0, 0
+    pages = len(data) if max_pages is None else min(max_pages, len(data))
+    for index in track(range(pages), desc="COCO pages"):
+        page = data[index]
+        if page is None:                               # a bad page: logged and listed by CocoDocuments
+            skipped += 1
+            continue
+        image_id = page.meta["image_id"]
+        regions = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
+        found += len(regions)
+        for r in regions:
+            if r.category not in category_ids:
+                dropped[r.category] = dropped.get(r.category, 0) + 1
+        results += to_coco_results(regions, image_id, category_ids)
+        image_ids.append(image_id)
+        if page.questions:                             # the page is still set: its embedding is reused
+            masks, _scores, _low_res = predictor.predict_masks(question=[q.text for q in page.questions])
+            targets = torch.from_numpy(np.stack([q.mask for q in page.questions]))
+            metrics.update(torch.from_numpy(masks), targets, [q.kind for q in page.questions])
+    if not image_ids:
+        first = data.bad_samples[0] if data.bad_samples else None
+        reason = f"; the first: {first.path}: {first.reason}" if first else ""
+        raise ValueError(f"{annotations}: no page could be read ({skipped} skipped{reason}). Pages without "
+                         "'words' need --ocr tesseract (or --ocr pdf with the PDFs beside the images)")
+    scores = coco_map(gt, results, image_ids=image_ids)
+    out = {t: {k: v for k, v in scores[t].items() if k != "summary"} for t in ("bbox", "segm")}
+    values = {k: float(v) for k, v in metrics.compute().items()}
+    counts = {f"count_{k}": int(c.compute()) for k, c in metrics.count_by_kind.items() if f"miou_{k}" in values}
+    return out | {"questions": values | counts, "pages": len(image_ids), "skipped_pages": skipped,
+                  "regions": found, "results": len(results), "dropped_regions": dropped,
+                  "unmatched_categories": unmatched}
+
+
+def format_coco_table(results: dict[str, dict]) -> str:
+    lines = ["| checkpoint | type | AP | AP50 | AP75 | per-class AP |", "|---|---|---|---|---|---|"]
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}"                      # noqa: E731
+    for ckpt, r in results.items():
+        for t in ("bbox", "segm"):
+            per_class = ", ".join(f"{n} {pct(c['AP'])}" for n, c in r[t]["per_class"].items() if c["AP"] is not None)
+            lines.append(f"| {ckpt} | {t} | {pct(r[t]['AP'])} | {pct(r[t]['AP50'])} | {pct(r[t]['AP75'])} | "
+                         f"{per_class} |")
+    for ckpt, r in results.items():
+        q = r["questions"]
+        kinds = ", ".join(f"{k[5:]} {100 * v:.1f} (n={q.get('count_' + k[5:], '?')})"
+                          for k, v in q.items() if k.startswith("miou_"))
+        lines.append(f"\n{ckpt}: {r['pages']} pages ({r['skipped_pages']} skipped), {r['regions']} regions, "
+                     f"{r['results']} scored; dropped (class not in the file): {r['dropped_regions'] or 'none'}; "
+                     f"categories no class maps to: {r['unmatched_categories'] or 'none'}; question mIoU "
+                     f"{100 * q.get('miou', float('nan')):.1f} ({kinds})")
+    return "\n".join(lines)
+
+
+def _category_map(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--category-map {item!r}: write model_class=coco_category, e.g. figure=Picture")
+        model_name, coco_name = item.split("=", 1)
+        out[model_name.strip()] = coco_name.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dociq eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("--data", choices=("synthetic", "corpus", "coco"), default="synthetic",
+                   help="synthetic held-out pages (default), a real corpus's held-out split (--corpus), "
+                        "or a COCO layout set (--annotations)")
+    p.add_argument("--pages", type=int, default=None,
+                   help="pages to evaluate (default: 128 synthetic, all of a corpus split)")
+    p.add_argument("--seed", type=int, default=VAL_SEED, help="synthetic data seed of the held-out pages")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-questions", type=int, default=8)
+    p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
+    corpus = p.add_argument_group("--data corpus")
+    corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
+    corpus.add_argument("--split", default="val", help="its split (val: documents no training page comes from; "
+                        "'all' for every page, e.g. of packages no training page comes from)")
+    corpus.add_argument("--packages", nargs="+", default=None, help="only these source packages")
+    coco = p.add_argument_group("--data coco")
+    coco.add_argument("--annotations", help="the COCO annotation JSON")
+    coco.add_argument("--image-dir", help="where its file_names live (default: images/ beside it, or its folder)")
+    coco.add_argument("--max-pages", type=int, default=None, help="evaluate the first N pages only")
+    coco.add_argument("--ocr", default="groundtruth", help="words: groundtruth (the file's), tesseract or pdf")
+    coco.add_argument("--category-map", nargs="+", default=[], metavar="MODEL=COCO",
+                      help="extra class name pairs, e.g. figure=Picture paragraph=Text")
+    coco.add_argument("--points-per-side", type=int, default=16)
+    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines class_boxes "
+                      "(default: all three)")
+    coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
+    coco.add_argument("--stability-score-thresh", type=float, default=0.8)
+    p.add_argument("--heuristics", action="store_true",
+                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
+    p.add_argument("--snap", action="store_true",
+                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap) "
+                        "and, for questions, painted from the word grounding's relevant words (<set>_words)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.data == "coco" and not args.annotations:
+        p.error("--data coco needs --annotations <the COCO JSON>")
+    results = {}
+    for path in args.checkpoints:
+        try:
+            if args.data == "coco":
+                from dociq.inference.predictor import load_predictor
+
+                results[path] = evaluate_coco(
+                    load_predictor(path), args.annotations, args.image_dir, args.max_pages, args.ocr,
+                    _category_map(args.category_map), points_per_side=args.points_per_side,
+                    **({"seeds": args.seeds} if args.seeds else {}),
+                    pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
+                continue
+            task = load_task(path)
+            data = None
+            if args.data == "corpus":
+                from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+                data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                                       packages=args.packages)
+        except (FileNotFoundError, ValueError) as err:
+            print(f"dociq eval: error: {err}", file=sys.stderr)
+            return 2
+        results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
+                                 data=data, heuristics=args.heuristics, snap=args.snap)
+    print(format_coco_table(results) if args.data == "coco" else format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

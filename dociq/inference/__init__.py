@@ -1,0 +1,1 @@
+"""Inference: the Predictor (questions, points, boxes, masks), the page segmenter and model folders."""

@@ -1,0 +1,589 @@
+"""Segment everything on a page: SAM's automatic mask generator for documents, plus a layout class
+per region.
+
+    from dociq.inference.automatic import PageSegmenter
+    from dociq.inference.predictor import Predictor
+    segmenter = PageSegmenter(Predictor.from_checkpoint(CKPT))
+    regions = segmenter.segment("page.png", ocr="tesseract")     # or words=..., word_boxes=...
+    results = to_coco_results(regions, image_id=1, category_ids={"table": 1, "figure": 2})
+
+    python -m dociq.inference.automatic CKPT page.png --out overlay.png --coco-json regions.json [--words words.json]
+    python -m dociq.inference.automatic CKPT --pdf paper.pdf --page 3 --out overlay.png       # pages from 1
+
+How (segment_anything/automatic_mask_generator.py, rewritten for pages):
+1. seeds (`seeds`, default all three): "grid", a `points_per_side`² grid of clicks; "ocr_lines",
+   one click per OCR text line (words grouped into lines by vertical overlap, split at wide gaps
+   such as column gutters), on the middle word of the line; "class_boxes", the box of every part
+   of every class question's answer (step 5) as a box prompt. The fine-tuned models of this
+   repository answer single clicks poorly (predicted IoU ~0.25) and boxes well, so on them the
+   class boxes find nearly all regions (docs/automatic.md has the numbers);
+2. the page (image + OCR words) is embedded once; the seeds are decoded `points_per_batch` at a
+   time as single positive clicks, with the decoder's 3 multimask outputs (all 3 kept, or the one
+   with the highest predicted IoU when `multimask="best"`), seed boxes as box prompts (one mask);
+3. each candidate must pass `pred_iou_thresh` (the IoU head) and `stability_score_thresh` (IoU of
+   the masks thresholded at logit +offset and -offset, SAM's stability score) and cover at least
+   `min_region_area` pixels; candidates are kept as RLE until the end;
+4. duplicates go by box NMS (torchvision batched_nms, IoU `box_nms_thresh`, ranked by predicted IoU);
+5. classify: the model is asked each layout class's question ("all paragraphs", "segment all
+   tables", ... — the phrasings it was fine-tuned on, dociq.data.synthetic.questions); the
+   answer is split into connected parts (the instances) and each region takes the class whose
+   part it overlaps best (mask IoU), if that IoU reaches `min_class_iou`, else "region".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+from pycocotools import mask as mask_util
+from scipy import ndimage
+from torchvision.ops import batched_nms, masks_to_boxes
+
+from dociq.data.synthetic.questions import LAYOUT_PHRASES
+
+log = logging.getLogger(__name__)
+
+SEEDS = ("grid", "ocr_lines", "class_boxes")
+DEFAULT_SEEDS = SEEDS
+# layout class -> the question asked for it: the first plural phrasing the model was trained on
+LAYOUT_QUESTIONS: dict[str, str] = {name: plural[0] for name, (_singular, plural) in LAYOUT_PHRASES.items()}
+UNCLASSIFIED = "region"
+
+
+@dataclass
+class Region:
+    """One region found on the page."""
+    mask: np.ndarray                  # bool [H, W] at the page's size
+    box: np.ndarray                   # float32 [4] x0, y0, x1, y1 pixels (x1, y1 exclusive)
+    score: float                      # the model's predicted IoU of the mask, clipped to [0, 1]
+    stability: float                  # SAM's stability score of the mask's logits
+    category: str = UNCLASSIFIED      # layout class, or "region" when no class answer matches
+    category_score: float = 0.0       # mask IoU with the matched part of the class answer
+    seed: str = "grid"                # "grid", "ocr_lines" or "class_boxes": which seed found it
+    point: tuple[float, float] = (0.0, 0.0)   # the seed click (or seed box centre), page pixels (x, y)
+
+    @property
+    def area(self) -> int:
+        return int(self.mask.sum())
+
+
+# ---- seeds -------------------------------------------------------------------------------------
+
+def grid_points(points_per_side: int, size: tuple[int, int]) -> np.ndarray:
+    """float [n*n, 2] pixel (x, y): cell centres of an n x n grid over the page (SAM's build_point_grid)."""
+    if points_per_side < 1:
+        raise ValueError(f"points_per_side={points_per_side}: need at least 1 point per side")
+    h, w = size
+    centres = (np.arange(points_per_side) + 0.5) / points_per_side
+    xs, ys = np.meshgrid(centres * w, centres * h)
+    return np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32)
+
+
+def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5) -> list[list[int]]:
+    """Word indices per text line, each line left to right, lines top to bottom.
+
+    A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
+    of the shorter of the two heights; a line is then split where the horizontal gap between two
+    neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
+    cells), which is far wider than a space between words."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
+    spans: list[list[float]] = []      # y0, y1 per line
+    lines: list[list[int]] = []
+    for i in order:
+        y0, y1 = boxes[i, 1], boxes[i, 3]
+        best, best_overlap = -1, 0.0
+        for j, (ly0, ly1) in enumerate(spans):
+            overlap = min(y1, ly1) - max(y0, ly0)
+            shorter = max(min(y1 - y0, ly1 - ly0), 1.0)
+            if overlap / shorter >= min_overlap and overlap / shorter > best_overlap:
+                best, best_overlap = j, overlap / shorter
+        if best < 0:
+            spans.append([y0, y1])
+            lines.append([int(i)])
+        else:
+            spans[best] = [min(spans[best][0], y0), max(spans[best][1], y1)]
+            lines[best].append(int(i))
+    out = []
+    for line in lines:
+        line.sort(key=lambda k: boxes[k, 0])
+        height = max(float(np.median(boxes[line, 3] - boxes[line, 1])), 1.0)
+        part = [line[0]]
+        for prev, k in zip(line, line[1:]):
+            if boxes[k, 0] - boxes[prev, 2] > gap_factor * height:
+                out.append(part)
+                part = []
+            part.append(k)
+        out.append(part)
+    out.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
+    return out
+
+
+def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
+    """float [L, 2] pixel (x, y): one click per text line, the centre of the word nearest the line's
+    middle (on ink, where a click on a line lands)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    points = []
+    for ids in group_lines(boxes, **grouping):
+        b = boxes[ids]
+        middle = (b[:, 0].min() + b[:, 2].max()) / 2
+        centres = (b[:, :2] + b[:, 2:]) / 2
+        points.append(centres[np.argmin(np.abs(centres[:, 0] - middle))])
+    return np.asarray(points, dtype=np.float32).reshape(-1, 2)
+
+
+# ---- mask quality, boxes, NMS ------------------------------------------------------------------
+
+def stability_score(logits: torch.Tensor, threshold: float = 0.0, offset: float = 1.0) -> torch.Tensor:
+    """[..., H, W] logits -> [...]: IoU of the masks at `threshold + offset` and `threshold - offset`
+    (the first lies inside the second, so IoU = area ratio; SAM's calculate_stability_score).
+    An empty low-threshold mask scores 0."""
+    inner = (logits > threshold + offset).flatten(-2).sum(-1)
+    outer = (logits > threshold - offset).flatten(-2).sum(-1)
+    return torch.where(outer > 0, inner / outer.clamp(min=1), torch.zeros_like(inner, dtype=torch.float32))
+
+
+def mask_boxes(masks: torch.Tensor) -> torch.Tensor:
+    """bool [N, H, W] non-empty masks -> float [N, 4] x0, y0, x1, y1 with exclusive x1, y1."""
+    if masks.shape[0] == 0:
+        return torch.zeros(0, 4)
+    return masks_to_boxes(masks) + torch.tensor([0.0, 0.0, 1.0, 1.0])
+
+
+def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """Indices of the boxes kept by class-agnostic NMS, best score first (SAM's box dedup)."""
+    if boxes.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    return batched_nms(boxes.float(), scores.float(), torch.zeros(len(boxes), dtype=torch.long), iou_threshold)
+
+
+def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, bool]:
+    """Fill holes and drop islands smaller than `min_area` pixels (8-connected; SAM's
+    remove_small_regions, with scipy instead of OpenCV). The largest island stays even when it is
+    small. Returns the mask and whether it changed."""
+    structure = np.ones((3, 3), dtype=bool)
+    out = mask.copy()
+    holes, count = ndimage.label(~out, structure=structure)
+    if count:
+        sizes = np.bincount(holes.ravel(), minlength=count + 1)
+        small = np.nonzero(sizes < min_area)[0]
+        small = small[small > 0]
+        out |= np.isin(holes, small)
+    islands, count = ndimage.label(out, structure=structure)
+    if count > 1:
+        sizes = np.bincount(islands.ravel(), minlength=count + 1)
+        sizes[0] = 0
+        drop = [k for k in range(1, count + 1) if sizes[k] < min_area and k != int(sizes.argmax())]
+        out &= ~np.isin(islands, drop)
+    return out, bool((out != mask).any())
+
+
+def encode_rle(mask: np.ndarray) -> dict:
+    """bool [H, W] -> COCO compressed RLE with a str `counts` (JSON-safe)."""
+    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle["counts"] = rle["counts"].decode("ascii")
+    return rle
+
+
+def decode_rle(rle: dict) -> np.ndarray:
+    return mask_util.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")}).astype(bool)
+
+
+# ---- classes -----------------------------------------------------------------------------------
+
+def instance_parts(mask: np.ndarray, min_area: int = 1) -> np.ndarray:
+    """bool [H, W] union mask (e.g. every table of the page) -> bool [K, H, W] its connected parts
+    of at least `min_area` pixels (8-connected)."""
+    labels, count = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
+    if count == 0:
+        return np.zeros((0, *mask.shape), dtype=bool)
+    areas = np.bincount(labels.ravel(), minlength=count + 1)
+    keep = [k for k in range(1, count + 1) if areas[k] >= min_area]
+    return labels[None] == np.asarray(keep, dtype=labels.dtype).reshape(-1, 1, 1)
+
+
+def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
+    """float [P, 4] pixel boxes x0, y0, x1, y1 (exclusive) of every connected part of every answer."""
+    boxes = [mask_boxes(torch.from_numpy(instance_parts(a, min_area))) for a in answers]
+    return torch.cat(boxes).numpy() if boxes else np.zeros((0, 4), np.float32)
+
+
+def _extent(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """y0, y1, x0, x1 (exclusive) of a bool mask; all 0 when it is empty."""
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if len(rows) else (0, 0, 0, 0)
+
+
+def mask_iou_matrix(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
+    """N bool [H, W] masks x K bool [H, W] masks -> float [N, K] mask IoU. Intersections are
+    counted inside the box where both masks can meet, so a page of many regions needs no
+    [N, H*W] float copy (a 1000 x 1000 page with 100 regions would take 400 MB)."""
+    iou = np.zeros((len(a), len(b)), dtype=np.float32)
+    if len(a) == 0 or len(b) == 0:
+        return iou
+    a_boxes, b_boxes = [_extent(m) for m in a], [_extent(m) for m in b]
+    a_area, b_area = [int(m.sum()) for m in a], [int(m.sum()) for m in b]
+    for k, (by0, by1, bx0, bx1) in enumerate(b_boxes):
+        for n, (ay0, ay1, ax0, ax1) in enumerate(a_boxes):
+            y0, y1, x0, x1 = max(ay0, by0), min(ay1, by1), max(ax0, bx0), min(ax1, bx1)
+            if y1 <= y0 or x1 <= x0:
+                continue
+            inter = np.count_nonzero(a[n][y0:y1, x0:x1] & b[k][y0:y1, x0:x1])
+            iou[n, k] = inter / max(a_area[n] + b_area[k] - inter, 1)
+    return iou
+
+
+def assign_categories(region_masks: Sequence[np.ndarray], class_masks: Mapping[str, np.ndarray],
+                      min_iou: float = 0.5, min_part_area: int = 1) -> list[tuple[str, float]]:
+    """Per region, (class, IoU) of the class-answer part it overlaps best; ("region", best IoU)
+    when no part reaches `min_iou`. class_masks: class name -> bool [H, W] answer to its question."""
+    best = np.zeros(len(region_masks), dtype=np.float32)
+    best_name = [UNCLASSIFIED] * len(region_masks)
+    for name, answer in class_masks.items():
+        parts = instance_parts(answer, min_part_area)
+        if len(parts) == 0 or len(region_masks) == 0:
+            continue
+        iou = mask_iou_matrix(region_masks, list(parts)).max(1)
+        for i in np.nonzero(iou > best)[0]:
+            best[i], best_name[i] = iou[i], name
+    return [(name if iou >= min_iou else UNCLASSIFIED, float(iou)) for name, iou in zip(best_name, best)]
+
+
+# ---- the segmenter -----------------------------------------------------------------------------
+
+@dataclass
+class _Candidates:
+    """Candidates that passed the filters, masks as RLE until NMS has chosen (SAM's MaskData)."""
+    rles: list[dict] = field(default_factory=list)
+    boxes: list[torch.Tensor] = field(default_factory=list)
+    scores: list[torch.Tensor] = field(default_factory=list)
+    stability: list[torch.Tensor] = field(default_factory=list)
+    seeds: list[str] = field(default_factory=list)
+    points: list[np.ndarray] = field(default_factory=list)
+
+
+class PageSegmenter:
+    """Every region of a page, with a layout class each (see the module docstring).
+
+    predictor:        a `dociq.inference.predictor.Predictor` (set_image once, predict_masks per batch of seeds).
+    points_per_side:  grid seeds per side (None or 0: no grid).
+    seeds:            which seeds: "grid", "ocr_lines" (one click per OCR text line), "class_boxes"
+                      (the box of each part of each class question's answer, as a box prompt).
+    multimask:        "all" (SAM: each of the 3 outputs is a candidate) or "best" (the one with
+                      the highest predicted IoU per seed).
+    pred_iou_thresh, stability_score_thresh, stability_score_offset, box_nms_thresh: as SAM's;
+                      the defaults are lower than SAM's ViT-H ones (0.88 / 0.95) for small models.
+    min_region_area:  candidates (and class-answer parts) smaller than this many pixels are dropped;
+                      with `remove_small_regions`, the kept masks' holes and islands smaller than
+                      this are filled / removed (SAM's min_mask_region_area) and NMS runs again.
+    classify:         ask the class questions and name each region (else all are "region").
+    categories:       class name -> question (default: the layout classes the model was trained on).
+    min_class_iou:    a region takes a class when its IoU with a part of the answer reaches this.
+    """
+
+    def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = DEFAULT_SEEDS,
+                 points_per_batch: int = 16, multimask: str = "all", pred_iou_thresh: float = 0.5,
+                 stability_score_thresh: float = 0.8, stability_score_offset: float = 1.0,
+                 box_nms_thresh: float = 0.7, min_region_area: int = 64, classify: bool = True,
+                 categories: Mapping[str, str] | None = None, min_class_iou: float = 0.5,
+                 mask_threshold: float = 0.0, remove_small_regions: bool = True) -> None:
+        unknown = [s for s in seeds if s not in SEEDS]
+        if unknown or not seeds:
+            raise ValueError(f"seeds={tuple(seeds)!r}: choose one or more of {SEEDS}")
+        if "grid" in seeds and not points_per_side:
+            raise ValueError("seeds include 'grid' but points_per_side is 0/None: give points_per_side >= 1 "
+                             "or seeds=('ocr_lines',)")
+        if multimask not in ("all", "best"):
+            raise ValueError(f"multimask={multimask!r}: use 'all' (SAM) or 'best'")
+        if points_per_batch < 1:
+            raise ValueError(f"points_per_batch={points_per_batch}: need at least 1")
+        for name, value in (("pred_iou_thresh", pred_iou_thresh), ("stability_score_thresh", stability_score_thresh),
+                            ("box_nms_thresh", box_nms_thresh), ("min_class_iou", min_class_iou)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value}: must lie in [0, 1]")
+        self.predictor = predictor
+        self.points_per_side = points_per_side
+        self.seeds = tuple(seeds)
+        self.points_per_batch = int(points_per_batch)
+        self.multimask = multimask
+        self.pred_iou_thresh = pred_iou_thresh
+        self.stability_score_thresh = stability_score_thresh
+        self.stability_score_offset = stability_score_offset
+        self.box_nms_thresh = box_nms_thresh
+        self.min_region_area = int(min_region_area)
+        self.remove_small_regions = remove_small_regions
+        self.classify = classify
+        self.categories = dict(LAYOUT_QUESTIONS if categories is None else categories)
+        self.min_class_iou = min_class_iou
+        self.mask_threshold = mask_threshold
+
+    def seed_points(self, size: tuple[int, int], word_boxes: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        parts, names = [], []
+        if "grid" in self.seeds:
+            parts.append(grid_points(self.points_per_side, size))
+            names += ["grid"] * len(parts[-1])
+        if "ocr_lines" in self.seeds and len(word_boxes):
+            parts.append(line_points(word_boxes))
+            names += ["ocr_lines"] * len(parts[-1])
+        if not parts:
+            return np.zeros((0, 2), np.float32), []
+        return np.concatenate(parts).astype(np.float32), names
+
+    @torch.no_grad()
+    def segment(self, image: Any, words=None, word_boxes=None, ocr=None) -> list[Region]:
+        """Regions of the page, best predicted IoU first."""
+        self.predictor.set_image(image, words=words, word_boxes=word_boxes, ocr=ocr)   # embedded once
+        page = self.predictor.page
+        answers = self.class_answers() if self.categories and (self.classify or "class_boxes" in self.seeds) else {}
+        points, seed_names = self.seed_points(page.original_size, page.word_boxes)
+        found = _Candidates()
+        for start in range(0, len(points), self.points_per_batch):
+            batch = points[start:start + self.points_per_batch]
+            logits, iou, _low_res = self.predictor.predict_masks(points=batch[:, None, :], multimask_output=True,
+                                                                 return_logits=True)   # [N, 3, H, W], [N, 3]
+            self._add_batch(found, torch.as_tensor(logits), torch.as_tensor(iou), batch,
+                            seed_names[start:start + self.points_per_batch])
+        if "class_boxes" in self.seeds:
+            boxes = part_boxes(answers.values(), self.min_region_area)
+            for start in range(0, len(boxes), self.points_per_batch):
+                batch = boxes[start:start + self.points_per_batch]
+                # a box prompt is not ambiguous: the single-mask output, as the model was trained
+                logits, iou, _low_res = self.predictor.predict_masks(boxes=batch, return_logits=True)  # [N, H, W]
+                centres = (batch[:, :2] + batch[:, 2:]) / 2
+                self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
+                                ["class_boxes"] * len(batch))
+        regions = self._deduplicate(found)
+        log.debug("%d click seeds, %d candidates after the filters, %d regions after NMS", len(points),
+                  len(found.rles), len(regions))
+        if self.classify and regions and answers:
+            self._name_regions(regions, answers)
+        return regions
+
+    def class_answers(self) -> dict[str, np.ndarray]:
+        """class name -> bool [H, W]: the model's answer to the class's question on the set page."""
+        names = list(self.categories)
+        answers, _scores, _low_res = self.predictor.predict_masks(question=[self.categories[n] for n in names])
+        return dict(zip(names, np.asarray(answers, dtype=bool)))
+
+    def _add_batch(self, found: _Candidates, logits: torch.Tensor, iou: torch.Tensor, points: np.ndarray,
+                   seed_names: list[str]) -> None:
+        """Filter one batch of seeds' candidates [N, K, H, W] and keep the survivors as RLE."""
+        n, k = iou.shape
+        if self.multimask == "best":
+            pick = iou.argmax(1)
+            logits, iou = logits[torch.arange(n), pick][:, None], iou[torch.arange(n), pick][:, None]
+            k = 1
+        logits, iou = logits.flatten(0, 1), iou.flatten()
+        owner = torch.arange(n).repeat_interleave(k)                      # seed of each candidate
+        keep = iou > self.pred_iou_thresh
+        stability = stability_score(logits, self.mask_threshold, self.stability_score_offset)
+        keep &= stability >= self.stability_score_thresh
+        masks = logits > self.mask_threshold
+        keep &= masks.flatten(1).sum(1) >= max(self.min_region_area, 1)
+        idx = torch.nonzero(keep)[:, 0]
+        if len(idx) == 0:
+            return
+        masks, iou, stability, owner = masks[idx], iou[idx], stability[idx], owner[idx]
+        boxes = mask_boxes(masks)
+        kept = nms(boxes, iou, self.box_nms_thresh)   # within the batch first: fewer RLEs to keep
+        for i in kept.tolist():
+            found.rles.append(encode_rle(masks[i].numpy()))
+            found.boxes.append(boxes[i])
+            found.scores.append(iou[i])
+            found.stability.append(stability[i])
+            found.seeds.append(seed_names[int(owner[i])])
+            found.points.append(points[int(owner[i])])
+
+    def _deduplicate(self, found: _Candidates) -> list[Region]:
+        if not found.rles:
+            return []
+        boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
+        kept = nms(boxes, scores, self.box_nms_thresh).tolist()
+        masks = {i: decode_rle(found.rles[i]) for i in kept}
+        if self.remove_small_regions and self.min_region_area > 1:
+            # SAM's postprocess_small_regions: clean the survivors, then NMS again on the new boxes
+            changed = False
+            for i in kept:
+                masks[i], c = remove_small_regions(masks[i], self.min_region_area)
+                if c:
+                    boxes[i] = mask_boxes(torch.from_numpy(masks[i])[None])[0]
+                    changed = True
+            if changed:
+                kept = [kept[j] for j in nms(boxes[kept], scores[kept], self.box_nms_thresh).tolist()]
+        return [Region(mask=masks[i], box=boxes[i].numpy().astype(np.float32),
+                       score=float(scores[i].clamp(0.0, 1.0)), stability=float(found.stability[i]), seed=found.seeds[i],
+                       point=(float(found.points[i][0]), float(found.points[i][1])))
+                for i in kept]
+
+    def _name_regions(self, regions: list[Region], class_masks: dict[str, np.ndarray]) -> None:
+        for region, (name, iou) in zip(regions, assign_categories([r.mask for r in regions], class_masks, self.min_class_iou,
+                                                                  self.min_region_area)):
+            region.category, region.category_score = name, iou
+
+
+# ---- outputs -----------------------------------------------------------------------------------
+
+def normalise_name(name: str) -> str:
+    """'List-item', 'list item', 'LIST_ITEM' -> 'list_item': class names match across data sets."""
+    return "_".join(str(name).lower().replace("-", " ").replace("_", " ").split())
+
+
+def to_coco_results(regions: Iterable[Region], image_id: Any, category_ids: Mapping[str, Any]) -> list[dict]:
+    """COCO result dicts (RLE segmentation with str counts, bbox x, y, w, h, score = predicted IoU)
+    for the regions whose class is in `category_ids` (class name -> COCO category id; names match
+    case-insensitively, '-' / '_' / ' ' alike); the others are left out."""
+    ids = {normalise_name(k): v for k, v in category_ids.items()}
+    out = []
+    for r in regions:
+        cat = ids.get(normalise_name(r.category))
+        if cat is None:
+            continue
+        x0, y0, x1, y1 = (float(v) for v in r.box)
+        out.append({"image_id": image_id, "category_id": cat, "segmentation": encode_rle(r.mask),
+                    "bbox": [x0, y0, x1 - x0, y1 - y0], "score": float(r.score), "area": float(r.area)})
+    return out
+
+
+_PALETTE = np.array([[230, 25, 75], [60, 180, 75], [0, 130, 200], [245, 130, 48], [145, 30, 180],
+                     [70, 200, 200], [240, 50, 230], [128, 128, 0], [0, 128, 128], [170, 110, 40],
+                     [128, 0, 0], [0, 0, 128]], dtype=np.float32)
+
+
+def category_colour(name: str) -> np.ndarray:
+    """A fixed colour per class name (the same in every overlay)."""
+    return _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
+
+
+def draw_overlay(image: np.ndarray, regions: Sequence[Region], alpha: float = 0.4) -> np.ndarray:
+    """uint8 [H, W, 3]: the page with each region tinted in its class's colour, its box outlined
+    and labelled "<class> <predicted IoU>"; larger regions are painted first so small ones stay
+    visible."""
+    from PIL import Image, ImageDraw
+
+    out = np.asarray(image).astype(np.float32).copy()
+    order = sorted(range(len(regions)), key=lambda i: -regions[i].area)
+    for i in order:
+        m = regions[i].mask
+        out[m] = (1 - alpha) * out[m] + alpha * category_colour(regions[i].category)
+    canvas = Image.fromarray(out.clip(0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(canvas)
+    for i in order:
+        r = regions[i]
+        colour = tuple(int(c) for c in category_colour(r.category))
+        x0, y0, x1, y1 = (float(v) for v in r.box)
+        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=colour, width=2)
+        label = f"{r.category} {r.score:.2f}"
+        tx, ty = x0 + 2, max(0.0, y0 - 11)
+        left, top, right, bottom = draw.textbbox((tx, ty), label)
+        draw.rectangle([left - 1, top - 1, right + 1, bottom + 1], fill=colour)
+        draw.text((tx, ty), label, fill=(255, 255, 255))
+    return np.asarray(canvas)
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dociq segment-page",
+                                description="Segment every region of a page and name its layout class.")
+    p.add_argument("checkpoint", help="a stage=finetune checkpoint (.ckpt) or a from_pretrained folder")
+    p.add_argument("image", nargs="?", help="page image (or give --pdf FILE --page N)")
+    p.add_argument("--pdf", help="a PDF: segment its page --page (its text layer gives the words)")
+    p.add_argument("--page", type=int, default=1, help="page of --pdf, numbered from 1 (default 1)")
+    p.add_argument("--dpi", type=float, default=144.0, help="render --pdf at this resolution (default 144)")
+    p.add_argument("--words", help='OCR words JSON as for dociq predict: [{"text", "box": [x0, y0, x1, y1]}] '
+                   '(page pixels) or {"words": [...], "boxes": [...]}')
+    p.add_argument("--ocr", default=None, help="OCR backend when no --words / --pdf: tesseract (default: none)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default="overlay.png", help="overlay image to write")
+    p.add_argument("--coco-json", help="write the regions as a COCO result list (RLE masks) here")
+    p.add_argument("--image-id", default=1, type=int, help="image_id of the COCO results (default 1)")
+    p.add_argument("--annotations", help="a COCO annotation file whose category ids (matched by name) the "
+                   "results use; default: the model's classes numbered from 1, as printed")
+    p.add_argument("--points-per-side", type=int, default=16)
+    p.add_argument("--seeds", nargs="+", default=list(DEFAULT_SEEDS), choices=list(SEEDS),
+                   help="seed kinds (default: all); class_boxes prompts with the boxes of the class answers' parts")
+    p.add_argument("--pred-iou-thresh", type=float, default=0.5)
+    p.add_argument("--stability-score-thresh", type=float, default=0.8)
+    p.add_argument("--box-nms-thresh", type=float, default=0.7)
+    p.add_argument("--min-region-area", type=int, default=64)
+    p.add_argument("--no-classify", action="store_true", help="do not ask the class questions")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    return p
+
+
+def _page_input(args) -> tuple[np.ndarray, Any, Any]:
+    """(image, words, word_boxes) from IMAGE / --pdf --page / --words, as `dociq predict` reads them."""
+    from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
+    from dociq.data.image_io import load_page_image
+    from dociq.inference.predictor import read_pdf_page, read_words_json
+
+    if args.pdf and args.image:
+        raise ValueError("give either IMAGE or --pdf FILE, not both")
+    words = boxes = None
+    if args.pdf:
+        image, found = read_pdf_page(args.pdf, args.page, args.dpi)
+        words, boxes = list(found.words), found.boxes
+    elif args.image:
+        if not Path(args.image).is_file():
+            raise FileNotFoundError(f"page image {args.image} does not exist")
+        image = load_page_image(Path(args.image), DEFAULT_MAX_PAGE_PIXELS)
+    else:
+        raise ValueError("no page given: pass IMAGE or --pdf FILE --page N")
+    if args.words:
+        words, boxes = read_words_json(args.words)
+    return image, words, boxes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m dociq.inference.automatic` / `dociq segment-page`; 0 on success, 2 on a user error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from PIL import Image
+
+    from dociq.inference.predictor import load_predictor
+
+    try:
+        image, words, boxes = _page_input(args)              # before the model: a wrong path fails fast
+        category_ids = None
+        if args.annotations:
+            from dociq.evaluation.coco_map import category_ids_by_name
+            category_ids = category_ids_by_name(args.annotations)
+        segmenter = PageSegmenter(load_predictor(args.checkpoint, args.device),
+                                  points_per_side=args.points_per_side, seeds=args.seeds,
+                                  pred_iou_thresh=args.pred_iou_thresh,
+                                  stability_score_thresh=args.stability_score_thresh,
+                                  box_nms_thresh=args.box_nms_thresh, min_region_area=args.min_region_area,
+                                  classify=not args.no_classify)
+        regions = segmenter.segment(image, words=words, word_boxes=boxes, ocr=None if words is not None else args.ocr)
+    except (FileNotFoundError, ValueError) as err:            # a user's mistake (CheckpointError is one)
+        if args.debug:
+            raise
+        print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    Image.fromarray(draw_overlay(image, regions)).save(args.out)
+    for r in regions:
+        x0, y0, x1, y1 = (int(v) for v in r.box)
+        print(f"{r.category:16s} IoU {r.score:.3f}  stability {r.stability:.3f}  class IoU {r.category_score:.2f}  "
+              f"box ({x0}, {y0}, {x1}, {y1})  {r.area} px  seed {r.seed}")
+    print(f"{len(regions)} regions; overlay written to {args.out}")
+    if args.coco_json:
+        if category_ids is None:
+            category_ids = {name: i + 1 for i, name in enumerate([*segmenter.categories, UNCLASSIFIED])}
+        results = to_coco_results(regions, args.image_id, category_ids)
+        Path(args.coco_json).write_text(json.dumps(results))
+        print(f"{len(results)} COCO results written to {args.coco_json} (category ids: "
+              + ", ".join(f"{n}={i}" for n, i in category_ids.items()) + ")")
+        if len(results) < len(regions):
+            print(f"{len(regions) - len(results)} regions left out: their class has no category id")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

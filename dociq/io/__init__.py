@@ -1,0 +1,1 @@
+"""Files dociq reads and writes: checkpoints (one loader), mask codecs, progress of long loops."""

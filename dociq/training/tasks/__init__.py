@@ -1,0 +1,1 @@
+"""One LightningModule per training stage, and the registry that maps `stage.name` to it."""

@@ -1,0 +1,33 @@
+"""The one registry of training stages: `stage=<name>` -> the LightningModule that trains it.
+
+Entries are import paths, resolved lazily, so that a stage's heavy imports are paid only when it
+is chosen. `configs/stage/<name>.yaml` holds the stage's arguments under `task:`.
+"""
+from __future__ import annotations
+
+import importlib
+
+STAGES: dict[str, str] = {
+    "ijepa": "dociq.training.tasks.ijepa:IJEPATask",
+    "mlm": "dociq.training.tasks.mlm:MLMTask",
+    "distill": "dociq.training.tasks.distill:DistillTask",
+    "pretrain": "dociq.training.tasks.pretrain:PretrainTask",
+    "finetune": "dociq.training.tasks.segment:SegmentTask",
+}
+
+
+def resolve_stage(name: str) -> type:
+    """The task class of stage `name`, with an error that lists the choices."""
+    if name not in STAGES:
+        raise KeyError(f"unknown stage '{name}'; choose one of: {', '.join(sorted(STAGES))} "
+                       "(e.g. `python train.py stage=pretrain`)")
+    module_name, _, class_name = STAGES[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        raise NotImplementedError(
+            f"stage '{name}' is registered but not built yet ({module_name} does not exist)"
+        ) from err
+    return getattr(module, class_name)
