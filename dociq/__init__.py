@@ -21,6 +21,8 @@ _moved.install()
 _PUBLIC = {
     "Predictor": "dociq.inference.predictor",
     "PageSegmenter": "dociq.inference.automatic",
+    "build_model": "dociq.models.registry",
+    "list_models": "dociq.models.registry",
 }
 
 

@@ -32,17 +32,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
 TARGET_MS = 50.0
 
 
 def run(args) -> dict:
     import httpx
 
-    from bench_predictor import bench_page, build_predictor
+    from bench_predictor import bench_page, build_predictor   # a sibling: `python scripts/...` puts scripts/ on sys.path
     from dociq.engine.server import ServerThread, create_app
     from dociq.engine.store import EngineStore
 

@@ -41,7 +41,6 @@ import ctypes
 import math
 import json
 import statistics
-import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -51,8 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dociq.optim import factory  # noqa: E402
+from dociq.optim import factory
 
 
 # ---------------------------------------------------------------- model and data

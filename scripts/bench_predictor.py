@@ -25,16 +25,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")          # random init: nothing may reach a hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def build_predictor(checkpoint: str | None, model: str, device: str):

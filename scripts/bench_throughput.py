@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def matmul_peak(size: int = 1024, repeats: int = 20) -> tuple[float, float]:

@@ -27,12 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dociq.data.synthetic.generator import generate_page  # noqa: E402
-from dociq.engine.retrain import HELDOUT_SPLIT, TRAIN_SPLIT, run_round  # noqa: E402
-from dociq.engine.simulate import IOU_TARGET, MAX_CLICKS, annotate_page, save_ground_truth, summarise  # noqa: E402
-from dociq.engine.store import EngineStore  # noqa: E402
+from dociq.data.synthetic.generator import generate_page
+from dociq.engine.retrain import HELDOUT_SPLIT, TRAIN_SPLIT, run_round
+from dociq.engine.simulate import IOU_TARGET, MAX_CLICKS, annotate_page, save_ground_truth, summarise
+from dociq.engine.store import EngineStore
 
 
 def build_store(data: Path, checkpoint: Path, n_train: int, n_heldout: int, seed: int, image_size: int,

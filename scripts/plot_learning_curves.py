@@ -20,8 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_losses import find_metrics, read_series  # noqa: E402
+from plot_losses import find_metrics, read_series  # noqa: E402  (a sibling: `python scripts/...` puts scripts/ on sys.path)
 
 KINDS = (("miou", "all", "black"), ("miou_layout", "layout", "tab:blue"), ("miou_reading", "reading", "tab:orange"),
          ("miou_cell", "cell", "tab:green"), ("miou_link", "link", "tab:red"))

@@ -90,7 +90,7 @@ def plot(rows: list[dict], out: Path, columns: int = 3, source: str = "held-out 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dociq.inference.predictor import overlay
+    from dociq.inference.overlay import overlay
 
     n = len(rows)
     cols = min(columns, n)

@@ -178,7 +178,7 @@ def plot(pages: list[RealPage], rows: list[dict], out: Path, title: str = "") ->
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from dociq.inference.predictor import overlay
+    from dociq.inference.overlay import overlay
 
     by_page = {p.name: [r for r in rows if r["page"] == p.name] for p in pages}
     cols = max(1, max(len(rs) for rs in by_page.values()))

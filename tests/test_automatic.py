@@ -9,10 +9,12 @@ import torch
 from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
-from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories, draw_overlay,
-                             grid_points, group_lines, line_points, main, mask_boxes, mask_iou_matrix, nms,
+from dociq.cli.segment_page import main
+from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories,
+                             grid_points, group_lines, line_points, mask_boxes, mask_iou_matrix, nms,
                              remove_small_regions,
                              stability_score, to_coco_results)
+from dociq.inference.overlay import draw_overlay
 
 
 # ---- seeds -------------------------------------------------------------------------------------

@@ -81,8 +81,8 @@ def test_engine_not_installed_is_one_line_and_exit_2(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "dociq.cli.engine", None)   # import fails as if the file were missing
     assert cli.main(["engine", "import", "--data", "store", "pages"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "dociq engine: error: the data engine is not available yet (it is being built); "
-        "train on data=synthetic|coco|funsd for now"]
+        "dociq engine: error: the data engine's modules (dociq.cli.engine) could not be imported; "
+        "reinstall dociq (pip install -e .)"]
 
 
 def test_engine_reaches_the_engine_cli(capsys):

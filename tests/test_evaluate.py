@@ -4,7 +4,8 @@ import json
 import pytest
 import torch
 
-from dociq.evaluation.heldout import PROMPT_SETS, evaluate, load_task, main
+from dociq.cli.eval import main
+from dociq.evaluation.heldout import PROMPT_SETS, evaluate, load_task
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):

@@ -11,7 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dociq.inference.hub import DociqSegmenter, export_checkpoint, main, predictor_from_pretrained
+from dociq.cli.hub import main
+from dociq.inference.hub import DociqSegmenter, export_checkpoint
+from dociq.inference.predictor import predictor_from_pretrained
 
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"}
 
@@ -183,7 +185,7 @@ def test_clear_errors_for_wrong_folders(exported, tmp_path, no_network_no_pickle
     lightning_only.mkdir()
     (lightning_only / "last.ckpt").write_bytes(b"x")
     with pytest.raises(ValueError, match=r"lightning_only: has no config.json \(it holds last.ckpt; pickled "
-                                         r"weights are not loaded\).*python -m dociq.inference.hub export CKPT DIR"):
+                                         r"weights are not loaded\).*dociq export CKPT DIR"):
         DociqSegmenter.from_pretrained(lightning_only)
 
     no_weights = _write_bad(exported, tmp_path, "no_weights")
@@ -252,7 +254,7 @@ def test_cli_export_and_one_line_errors(finetune_checkpoint, tmp_path, capsys):
 
 
 def test_module_entry_point_prints_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "dociq.inference.hub", "export", str(tmp_path / "missing.ckpt"),
+    result = subprocess.run([sys.executable, "-m", "dociq.cli", "export", str(tmp_path / "missing.ckpt"),
                              str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2

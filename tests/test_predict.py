@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from dociq.data.schema import Page
-from dociq.inference.predictor import Predictor, main, overlay
+from dociq.cli.predict import main
+from dociq.inference.overlay import overlay
+from dociq.inference.predictor import Predictor
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):

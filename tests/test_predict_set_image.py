@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from dociq.data.ocr import PdfTextLayer
-from dociq.inference.predictor import Predictor, check_device, main
+from dociq.cli.predict import main
+from dociq.inference.predictor import Predictor, check_device
 
 H, W = 90, 160                      # landscape, not the model's 128 px
 WORDS = ["Invoice", "Total", "42.00"]

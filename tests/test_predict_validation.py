@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dociq.data.errors import BOX_OVERSHOOT_TOLERANCE
-from dociq.inference.predictor import Predictor, main
+from dociq.cli.predict import main
+from dociq.inference.predictor import Predictor
 from dociq.io.checkpoint import CheckpointError
 
 H, W = 90, 160      # the page below: landscape, not the model's 128 px

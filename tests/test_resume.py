@@ -89,7 +89,7 @@ def test_resume_restores_step_optimizer_and_ema_in_process(tmp_path):
 def _fork_and_kill_during_save(path: Path, obj) -> None:
     """Fork a child that saves `obj` to `path` through train.py's checkpoint IO with a slow disk;
     SIGKILL it once the write has started."""
-    from dociq.training.tasks import checkpoint_io
+    from dociq.io import checkpoint as checkpoint_io
 
     started = path.parent / "started"
     pid = os.fork()

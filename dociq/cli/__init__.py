@@ -1,10 +1,10 @@
 """The `dociq` command: one entry point for training, inference, evaluation and export.
 
     dociq train stage=pretrain trainer.max_steps=100     # = python train.py ... (Hydra overrides)
-    dociq predict run.ckpt page.png --question "total?"  # dociq.inference.predictor
-    dociq segment-page run.ckpt page.png                 # dociq.inference.automatic (segment everything)
-    dociq eval run.ckpt --pages 64                       # dociq.evaluation.heldout
-    dociq export run.ckpt exported/                      # dociq.inference.hub export
+    dociq predict run.ckpt page.png --question "total?"  # dociq.cli.predict (dociq.inference.predictor)
+    dociq segment-page run.ckpt page.png                 # dociq.cli.segment_page (dociq.inference.automatic)
+    dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.heldout)
+    dociq export run.ckpt exported/                      # dociq.cli.hub export (dociq.inference.hub)
     dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
     dociq corpus build pdfs/ data/corpus                 # dociq.cli.corpus (real documents)
     dociq --debug predict ...                            # tracebacks instead of one-line errors
@@ -12,7 +12,8 @@
 Each subcommand's arguments go to its module unchanged (`dociq predict --help` is predict's help).
 A user's mistake (a missing file, a bad value: ValueError and dociq's CheckpointError,
 BadSampleError, ConfigError, ...) prints `dociq <cmd>: error: <message>` on one line and exits 2;
-`--debug` or DOCIQ_DEBUG=1 shows the traceback instead. Modules are imported only when their
+`--debug` or DOCIQ_DEBUG=1 shows the traceback instead. `report_errors` is that handler, for the
+dispatcher and for the commands' own `main(argv)` (which return 2 when called directly). Modules are imported only when their
 subcommand runs, so `dociq --help` is quick and one broken module does not break the others.
 """
 from __future__ import annotations
@@ -32,22 +33,23 @@ class Command:
     prefix: tuple[str, ...] = ()             # arguments put before the user's (e.g. hub's "export")
     takes_debug: bool = False                # the module's own parser has --debug
     missing: str | None = None               # the error when the module is not installed
+    # deferred: each command's module is imported when it runs (`dociq --help` stays quick)
 
 
 COMMANDS: dict[str, Command] = {
     "train": Command("train a stage (Hydra overrides, as `python train.py`)", "dociq.training.train"),
-    "predict": Command("segment a page with a fine-tuned checkpoint and prompts", "dociq.inference.predictor",
+    "predict": Command("segment a page with a fine-tuned checkpoint and prompts", "dociq.cli.predict",
                        takes_debug=True),
-    "segment-page": Command("segment everything on a page (automatic mask generation)", "dociq.inference.automatic",
+    "segment-page": Command("segment everything on a page (automatic mask generation)", "dociq.cli.segment_page",
                             takes_debug=True),
-    "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.evaluation.heldout"),
-    "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.inference.hub", prefix=("export",),
+    "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.cli.eval"),
+    "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.hub", prefix=("export",),
                       takes_debug=True),
     "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "
                       "export COCO (dociq corpus --help)", "dociq.cli.corpus"),
     "engine": Command("the data engine: import pages, annotate, export (dociq engine --help)", "dociq.cli.engine",
-                      missing="the data engine is not available yet (it is being built); "
-                              "train on data=synthetic|coco|funsd for now"),
+                      missing="the data engine's modules (dociq.cli.engine) could not be imported; "
+                              "reinstall dociq (pip install -e .)"),
 }
 
 
@@ -135,19 +137,31 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
+# CheckpointError, BadSampleError, ConfigError are ValueErrors: the user's input, not a bug
+USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, FileNotFoundError, ValueError)
+
+
+def report_errors(name: str, run: Callable[[], int | None], debug: bool = False,
+                  also: tuple[type[BaseException], ...] = ()) -> int:
+    """The one error handler of the `dociq` commands: `run()`'s exit code (None: 0); a user's mistake
+    (USER_ERRORS and `also`) prints `dociq <name>: error: <message>` on one line and returns 2,
+    Ctrl-C returns 130. With `debug` (or DOCIQ_DEBUG=1) the error is raised with its traceback."""
+    try:
+        code = run()
+    except (*USER_ERRORS, *also) as err:
+        if debug_enabled(debug):
+            raise
+        print(f"dociq {name}: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dociq {name}: interrupted", file=sys.stderr)
+        return 130
+    return int(code) if isinstance(code, int) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     debug = debug_enabled(ns.debug)
-    try:
-        return dispatch(ns.command, list(ns.args), debug)
-    # CheckpointError, BadSampleError, ConfigError are ValueErrors: the user's input, not a bug
-    except (UsageError, FileNotFoundError, ValueError) as err:
-        if debug:
-            raise
-        print(f"dociq {ns.command}: error: {one_line(err)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"dociq {ns.command}: interrupted", file=sys.stderr)
-        return 130
+    return report_errors(ns.command, lambda: dispatch(ns.command, list(ns.args), debug), debug)
 

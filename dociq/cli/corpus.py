@@ -12,8 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from dociq.data.datasets.corpus.audit import draw_audit
 from dociq.data.datasets.corpus.build import BuildSettings, build_corpus, default_workers
+from dociq.data.datasets.corpus.export import export_coco
 from dociq.data.datasets.corpus.label_document import LabelSettings
+from dociq.data.datasets.corpus.sources import DEBIAN_PACKAGES, RECIPE_PACKAGES, fetch_debian_packages
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -66,8 +69,6 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.action == "fetch":
-        from dociq.data.datasets.corpus.sources import DEBIAN_PACKAGES, RECIPE_PACKAGES, fetch_debian_packages
-
         names = args.packages or (list(RECIPE_PACKAGES) if args.recipe else list(DEBIAN_PACKAGES))
         for name, path in fetch_debian_packages(names, args.dest).items():
             print(f"[corpus] {name}: {path}")
@@ -87,14 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: summary[k] for k in summary if k not in ("packages",)}, indent=1, default=str))
         return 0
     if args.action == "export":
-        from dociq.data.datasets.corpus.export import export_coco
-
         path = export_coco(args.corpus, args.annotations, split=args.split, max_pages=args.max_pages)
         print(f"[corpus] wrote {path}")
         return 0
     if args.action == "audit":
-        from dociq.data.datasets.corpus.audit import draw_audit
-
         path = draw_audit(args.corpus, args.out, pages=args.pages, split=args.split, seed=args.seed)
         print(f"[corpus] wrote {path}")
         return 0

@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from dociq.engine.coco_export import export_coco
+from dociq.engine.importer import import_coco, import_folder, import_funsd, split_heldout
 from dociq.engine.store import EngineStore, UnknownAnnotationError, UnknownPageError
 
 
@@ -66,8 +68,6 @@ def _is_funsd(src: Path) -> bool:
 
 
 def run_import(ns) -> int:
-    from dociq.engine.importer import import_coco, import_folder, import_funsd
-
     store = EngineStore(ns.data, create=True)
     src = Path(ns.src)
     if src.is_file() and src.suffix.lower() == ".json":
@@ -89,8 +89,6 @@ def run_import(ns) -> int:
 
 
 def run_export(ns) -> int:
-    from dociq.engine.coco_export import export_coco
-
     store = EngineStore(ns.data)
     path = export_coco(store, ns.out, split=ns.split, category_questions=not ns.no_category_questions,
                        include_empty=ns.include_empty)
@@ -116,8 +114,6 @@ def run_progress(ns) -> int:
 
 
 def run_split(ns) -> int:
-    from dociq.engine.importer import split_heldout
-
     held = split_heldout(EngineStore(ns.data), fraction=ns.fraction, seed=ns.seed)
     print(f"{len(held)} pages held out: {' '.join(held)}")
     return 0

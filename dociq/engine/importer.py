@@ -30,6 +30,7 @@ import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.image_io import load_page_image, to_rgb_array
+from dociq.data.ocr import PdfTextLayer, TesseractOCR
 from dociq.engine.store import EngineStore, image_sha256
 from dociq.io.track import track
 
@@ -100,8 +101,6 @@ class _Words:
         if self.mode == "none":
             return [], np.zeros((0, 4), np.float32)
         if self._tesseract is None and self._tesseract_error is None:
-            from dociq.data.ocr import TesseractOCR
-
             try:
                 self._tesseract = TesseractOCR()
             except (RuntimeError, ImportError) as err:
@@ -178,8 +177,6 @@ def _import_pdf(store, result, pdf_path: Path, source: str, words: _Words, ocr: 
                 max_page_pixels, split: str) -> None:
     """Every page of a PDF file; a page that fails is skipped, the others are added."""
     import pypdfium2 as pdfium
-
-    from dociq.data.ocr import PdfTextLayer
 
     try:
         doc = pdfium.PdfDocument(str(pdf_path))
@@ -318,6 +315,7 @@ def import_coco(store: EngineStore, annotation_file: str | Path, image_dir: str 
                 split: str = "train", ocr: str = "groundtruth", **coco_options) -> ImportResult:
     """Pages of a COCO JSON (DocLayNet, PubLayNet, a dociq export) with their regions as accepted
     annotations. file_names that are absolute or contain '..' are refused (skipped, listed)."""
+    # deferred: the data sets import torch; a folder import does not need it
     from dociq.data.datasets.coco import CocoDocuments
 
     coco_options.setdefault("require_words", False)
@@ -344,6 +342,7 @@ def import_funsd(store: EngineStore, root: str | Path, split: str = "training_da
     """Pages of a FUNSD folder (`root/<split>/annotations|images`): entities become accepted
     annotations (category = question/answer/header/other), link questions are kept. Pages go to
     store split `store_split` (default: 'train' for training_data, 'heldout' for testing_data)."""
+    # deferred: the data sets import torch; a folder import does not need it
     from dociq.data.datasets.funsd import FunsdDocuments
 
     dataset = FunsdDocuments(root, split=split, ocr=ocr, require_words=False)

@@ -33,6 +33,14 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import numpy as np
 from fastapi import Request  # module level: the routes' annotations are resolved from these globals
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from dociq.data.image_io import load_page_image, to_rgb_array
+from dociq.data.synthetic.questions import LAYOUT_PHRASES
+from dociq.engine.importer import import_folder
+from dociq.engine.service import RequestError, page_proposals, retrain_available, rle_to_mask, start_retrain
+from dociq.engine.store import image_sha256
 
 MODEL_CLASS = "DociqEngine"
 MAX_DATA_URL_BYTES = 50 * 2**20
@@ -208,10 +216,6 @@ _OWN_IMAGE_URL = re.compile(r"^(?:https?://[^/]+)?/api/pages/([A-Za-z0-9_-]+)/im
 
 def resolve_page(engine, data: dict, image_key: str) -> str:
     """The store page of a task (adding a local file or data: URL image to the store once)."""
-    from dociq.data.image_io import load_page_image, to_rgb_array
-    from dociq.engine.server import RequestError
-    from dociq.engine.store import image_sha256
-
     store = engine.store
     if not isinstance(data, dict):
         raise RequestError(422, "task.data must be an object with the image (e.g. {\"image\": ...})")
@@ -258,9 +262,6 @@ def resolve_page(engine, data: dict, image_key: str) -> str:
 
 def import_page(engine, path: Path) -> str:
     """One image file into the store with the importer (words by OCR when it is available)."""
-    from dociq.engine.importer import import_folder
-    from dociq.engine.server import RequestError
-
     result = import_folder(engine.store, path, ocr=engine.ls_ocr)
     ids = list(result) + list(result.existing)
     if not ids:
@@ -271,8 +272,6 @@ def import_page(engine, path: Path) -> str:
 
 def local_path(ref: str, data_dir: Path) -> Path:
     """A task image reference -> a file inside `data_dir` (RequestError otherwise)."""
-    from dociq.engine.server import RequestError
-
     parsed = urlparse(ref)
     if parsed.scheme in ("http", "https", "s3", "gs", "azure-blob", "ftp"):
         if parsed.path.startswith("/data/local-files/"):
@@ -334,8 +333,6 @@ def context_prompts(context: dict, size: tuple[int, int]) -> tuple[list, list, l
 
 
 def predict_task(engine, task: dict, config: LabelConfig, context: dict | None) -> dict:
-    from dociq.engine.server import page_proposals
-
     page_id = resolve_page(engine, task.get("data") if isinstance(task, dict) else None, config.image_key)
     size = engine.page_size(page_id)
     results = []
@@ -352,8 +349,6 @@ def predict_task(engine, task: dict, config: LabelConfig, context: dict | None) 
         if pred.mask.any():
             results.append(config.result(pred.mask, config.label_for(None), pred.score))
     else:
-        from dociq.engine.server import rle_to_mask
-
         regions, _ms = page_proposals(engine, page_id)
         for region in regions:
             mask = rle_to_mask(region["mask"], size)
@@ -367,8 +362,6 @@ def predict_task(engine, task: dict, config: LabelConfig, context: dict | None) 
 def question_for(label: str) -> str:
     """The question an instance of `label` answers: the model's own singular phrasing when it is a
     layout class it was trained on, else 'the <label>'."""
-    from dociq.data.synthetic.questions import LAYOUT_PHRASES
-
     key = re.sub(r"[\s-]+", "_", label.strip().lower())
     if key in LAYOUT_PHRASES:
         return LAYOUT_PHRASES[key][0][0]
@@ -399,8 +392,6 @@ def annotation_masks(annotation: dict, size: tuple[int, int]) -> list[tuple[np.n
 
 
 def handle_webhook(engine, payload: dict) -> tuple[dict, int]:
-    from dociq.engine.server import retrain_available, start_retrain
-
     action = payload.get("action")
     if action not in TRAIN_EVENTS:
         return {"status": "Unknown event", "action": action}, 200
@@ -438,18 +429,14 @@ def handle_webhook(engine, payload: dict) -> tuple[dict, int]:
 # ---- routes -------------------------------------------------------------------------------------
 
 def register_routes(app, engine) -> None:
-    from fastapi.responses import JSONResponse
-
     async def json_body(request: Request) -> dict:
         import json
 
         try:
             body = json.loads(await request.body() or b"{}")
         except (ValueError, UnicodeDecodeError) as err:
-            from dociq.engine.server import RequestError
             raise RequestError(422, f"the body is not JSON ({err})") from err
         if not isinstance(body, dict):
-            from dociq.engine.server import RequestError
             raise RequestError(422, "the body must be a JSON object")
         return body
 
@@ -469,12 +456,9 @@ def register_routes(app, engine) -> None:
 
     @app.post("/predict")
     async def predict(request: Request):
-        from starlette.concurrency import run_in_threadpool
-
         body = await json_body(request)
         tasks = body.get("tasks")
         if not isinstance(tasks, list) or not tasks:
-            from dociq.engine.server import RequestError
             raise RequestError(422, "tasks must be a non-empty list of {id, data: {image: ...}}")
         config = LabelConfig.parse(body.get("label_config"))
         params = body.get("params") or {}
@@ -487,8 +471,6 @@ def register_routes(app, engine) -> None:
 
     @app.post("/webhook")
     async def webhook(request: Request):
-        from starlette.concurrency import run_in_threadpool
-
         body = await json_body(request)
         content, status = await run_in_threadpool(handle_webhook, engine, body)
         return JSONResponse(content, status_code=status)

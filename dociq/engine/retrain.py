@@ -39,6 +39,11 @@ from typing import Callable, Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
+from dociq.engine.coco_export import export_coco
+from dociq.engine.simulate import mask_iou
+from dociq.engine.store import EngineStore
+from dociq.io.checkpoint import read_checkpoint
+
 log = logging.getLogger(__name__)
 
 TRAIN_SPLIT = "train"
@@ -119,9 +124,8 @@ class MixedDocuments(Dataset):
 def heldout_miou(checkpoint: Path, annotations: list, store, predictor_factory: Callable | None = None) -> dict:
     """Per-prompt IoU of the checkpoint's answer to each held-out annotation's question against its
     accepted mask; -> {"miou", "prompts", "per_kind": {kind: miou}}. One embedding per page."""
-    from dociq.engine.simulate import mask_iou
-
     if predictor_factory is None:
+        # deferred: the model stack (several seconds to import); tests and callers may pass their own
         from dociq.inference.predictor import Predictor
         predictor_factory = Predictor.from_checkpoint
     predictor = predictor_factory(checkpoint)
@@ -239,8 +243,6 @@ INHERITED_TASK_KEYS = ("ocr", "lexical_match", "loss_size")
 
 def checkpoint_hparams(path: Path) -> dict:
     """The hyper-parameters a stage=finetune checkpoint was trained with (`model` among them)."""
-    from dociq.io.checkpoint import read_checkpoint
-
     hparams = read_checkpoint(path).get("hyper_parameters") or {}
     if "model" not in hparams:
         raise ValueError(f"checkpoint {path} has no hyper_parameters.model: it is not a stage=finetune "
@@ -364,8 +366,6 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
     since = previous[-1]["metrics"].get("exported_at", previous[-1]["created"]) if previous else float("-inf")
     new_anns = [a for a in train_anns if a.created > since]
 
-    from dociq.engine.coco_export import export_coco
-
     k = len(previous) + 1
     work = Path(work_dir) if work_dir is not None else _round_dir(store, k)
     work.mkdir(parents=True, exist_ok=True)
@@ -427,8 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from dociq.engine.store import EngineStore
-
     store = EngineStore(args.data)
     try:
         result = run_round(store, base_checkpoint=args.checkpoint, steps=args.steps,

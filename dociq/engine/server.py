@@ -12,7 +12,8 @@ pages (`dociq.engine.page_cache.PageCache`): a page is embedded once, then every
 the prompt encoder and mask decoder, with the previous low-res logits as the mask prompt. The JSON
 API is under /api (docs/engine.md), the Label Studio ML-backend protocol at the root
 (/health, /setup, /predict, /webhook: dociq.engine.label_studio), the browser UI at / (the files
-of dociq/engine/static, no build step, no CDN).
+of dociq/engine/static, no build step, no CDN). What both sets of routes share (the `Engine` state,
+`RequestError`, masks on the wire, proposals, retrain rounds) is in dociq.engine.service.
 
 Every mistake in a request is a 4xx with {"error": "..."}: malformed JSON or fields (422), an
 unknown page or annotation (404), a prompt outside the page (422, the Predictor's message), an
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import base64
 import hmac
-import io
 import ipaddress
 import logging
 import os
@@ -33,16 +33,28 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+from urllib.parse import urlparse
 
-import numpy as np
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from dociq.engine.importer import import_folder
+from dociq.engine.label_studio import register_routes as register_label_studio_routes
+from dociq.engine.page_cache import PageCache
+# the routes' shared pieces; mask_to_rle, rle_to_mask, retrain_available, ... are also this module's
+# names, as they were before dociq.engine.service held them
+from dociq.engine.service import (
+    DEFAULT_MAX_UPLOAD_BYTES, Engine, RequestError, mask_box, mask_png, mask_to_rle, model_version_of,
+    page_proposals, retrain_available, rle_to_mask, start_retrain,
+)
+from dociq.engine.store import EngineStore
 
 log = logging.getLogger(__name__)
 
@@ -50,92 +62,9 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 TOKEN_ENV = "DOCIQ_ENGINE_TOKEN"
 TOKEN_COOKIE = "dociq_engine_token"
 DEFAULT_PORT = 8765
-DEFAULT_MAX_UPLOAD_BYTES = 50 * 2**20
-MASK_COLOUR = (30, 144, 255)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
-MAX_PROPOSAL_PAGES = 64          # pages whose "propose all" regions stay cached
 # magic bytes of the uploads the importer reads
 UPLOAD_TYPES = {b"\x89PNG\r\n\x1a\n": ".png", b"\xff\xd8\xff": ".jpg", b"%PDF-": ".pdf"}
-
-
-class RequestError(Exception):
-    """A client mistake the handlers report as `status` with `message` (never a 500)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-# ---- masks on the wire ------------------------------------------------------------------------
-
-def mask_to_rle(mask: np.ndarray) -> dict:
-    """bool [H, W] -> COCO compressed RLE {"size": [H, W], "counts": str}."""
-    from pycocotools import mask as mask_util
-
-    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
-
-
-def _counts_from_string(text: str) -> list[int]:
-    """pycocotools' compressed counts string -> run lengths (its rleFrString, in Python, so a
-    malformed string is a ValueError here and never reaches the C decoder unchecked)."""
-    counts, i = [], 0
-    while i < len(text):
-        x, k, more = 0, 0, True
-        while more:
-            if i >= len(text):
-                raise ValueError("mask.counts ends inside a number")
-            c = ord(text[i]) - 48
-            if not 0 <= c < 64:
-                raise ValueError(f"mask.counts has the character {text[i]!r}, not a COCO RLE string")
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            i, k = i + 1, k + 1
-            if not more and (c & 0x10):
-                x |= -1 << (5 * k)
-        if len(counts) > 2:
-            x += counts[-2]
-        counts.append(x)
-    return counts
-
-
-def rle_to_mask(rle: Any, size: tuple[int, int]) -> np.ndarray:
-    """A COCO RLE (compressed `counts` str or uncompressed list) of a page of `size` (H, W) -> bool
-    [H, W]; a wrong size or counts that do not cover the page exactly are a ValueError."""
-    if not isinstance(rle, dict) or "size" not in rle or "counts" not in rle:
-        raise ValueError('mask must be a COCO RLE {"size": [H, W], "counts": "..."}')
-    h, w = size
-    if list(rle["size"]) != [h, w]:
-        raise ValueError(f"mask.size {list(rle['size'])} is not the page's [H, W] = [{h}, {w}]")
-    counts = rle["counts"]
-    counts = _counts_from_string(counts) if isinstance(counts, str) else list(counts)
-    if any((not isinstance(c, (int, np.integer))) or c < 0 for c in counts):
-        raise ValueError("mask.counts has a negative or non-integer run length")
-    if sum(counts) != h * w:
-        raise ValueError(f"mask.counts covers {sum(counts)} pixels, the page has {h * w} (H x W)")
-    values = np.arange(len(counts)) % 2 == 1
-    flat = np.repeat(values, counts)
-    return flat.reshape(w, h).T.copy()          # COCO RLE runs down the columns
-
-
-def mask_png(mask: np.ndarray, colour: tuple[int, int, int] = MASK_COLOUR) -> str:
-    """bool [H, W] -> base64 palette PNG (0 transparent, 1 `colour`) the browser draws as is."""
-    from PIL import Image
-
-    image = Image.fromarray(mask.astype(np.uint8), mode="P")
-    image.putpalette([0, 0, 0, *colour] + [0] * (256 - 2) * 3)
-    buf = io.BytesIO()
-    image.save(buf, format="PNG", transparency=0, compress_level=1)   # fast; masks compress well anyway
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def mask_box(mask: np.ndarray) -> list[float] | None:
-    """x0, y0, x1, y1 (exclusive) of the mask's pixels, None when empty."""
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    if len(cols) == 0:
-        return None
-    return [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
 
 
 # ---- request bodies: unknown fields are refused (a typo is a 422, not silently ignored) ----
@@ -189,57 +118,6 @@ class RetrainBody(Strict):
     tolerance: float | None = Field(None, ge=0.0, le=1.0)
     lr: float | None = Field(None, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0)
-
-
-# ---- the engine's state -----------------------------------------------------------------------
-
-@dataclass
-class Engine:
-    """What the routes share: the store, the cache of embedded pages, options."""
-    store: Any
-    cache: Any
-    token: str | None = None
-    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
-    proposal_options: dict = field(default_factory=dict)
-    ls_question: str | None = None            # Label Studio pre-annotation: ask this instead of proposals
-    ls_ocr: str = "auto"                      # OCR of the images Label Studio tasks bring (importer modes)
-    model_version: str = "dociq"
-    checkpoint: Path | None = None            # what the predictor was loaded from (a retrain's base)
-    proposals: dict = field(default_factory=dict)   # (page id, points_per_side) -> list of region dicts
-    retrain_state: dict = field(default_factory=lambda: {"running": False, "last": None, "error": None})
-    retrain_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def data_dir(self) -> Path:
-        return Path(self.store.data_dir)
-
-    def page_size(self, page_id: str) -> tuple[int, int]:
-        record = self.store.page(page_id)            # UnknownPageError (KeyError) -> 404
-        return int(record.height), int(record.width)
-
-    def reload_model(self, checkpoint: Path) -> None:
-        """Predict with a new checkpoint from now on (a retrain round promoted it)."""
-        from dociq.inference.predictor import load_predictor
-
-        predictor = load_predictor(checkpoint, self.cache.predictor.device)
-        self.cache.set_predictor(predictor)
-        self.proposals.clear()
-        self.checkpoint = Path(checkpoint)
-        self.model_version = model_version_of(checkpoint)
-
-
-def model_version_of(checkpoint: Path | str | None) -> str:
-    if checkpoint is None:
-        return "dociq-untrained"
-    path = Path(checkpoint)
-    stamp = int(path.stat().st_mtime) if path.exists() else 0
-    return f"dociq-{path.stem}-{stamp}"
-
-
-def retrain_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("dociq.engine.retrain") is not None
 
 
 # ---- auth -------------------------------------------------------------------------------------
@@ -299,8 +177,6 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     change anything (403 on POST/PATCH/PUT/DELETE): no other web page can upload into or annotate
     a store through the user's browser.
     """
-    from dociq.engine.page_cache import PageCache
-
     options = {"points_per_side": 8, "points_per_batch": 64}
     options.update(proposal_options or {})
     engine = Engine(store=store, cache=PageCache.from_store(predictor, store, capacity=cache_size), token=token,
@@ -310,19 +186,29 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     app = FastAPI(title="dociq data engine", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
     if trusted_hosts:
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
-
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(trusted_hosts))
+    register_error_handlers(app)
+    register_guard(app, engine)
+    register_page_routes(app, engine)
+    register_prediction_routes(app, engine)
+    register_annotation_routes(app, engine)
+    register_export_routes(app, engine)
+    register_upload_routes(app, engine)
+    register_retrain_routes(app, engine)
+    register_label_studio_routes(app, engine)      # Label Studio ML backend (root paths)
+    register_static_routes(app, engine)
+    return app
 
-    # -- errors: JSON messages, never a traceback ----------------------------------------------
-    def error(status: int, message: str, **extra) -> JSONResponse:
-        return JSONResponse({"error": message, **extra}, status_code=status)
 
+def error(status: int, message: str, **extra) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def register_error_handlers(app) -> None:
+    """Errors are JSON messages, never a traceback."""
     @app.exception_handler(RequestError)
     async def _request_error(_request, err: RequestError):
         return error(err.status, err.message)
-
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(StarletteHTTPException)            # unknown route, wrong method, ...
     async def _http_error(_request, err: StarletteHTTPException):
@@ -352,7 +238,9 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
         log.exception("engine: unexpected error")
         return error(500, f"internal error ({type(err).__name__}); the server log has the details")
 
-    # -- auth and upload size: before any route reads the body ---------------------------------
+
+def register_guard(app, engine: Engine) -> None:
+    """Auth, same-origin writes and upload size: checked before any route reads the body."""
     @app.middleware("http")
     async def _guard(request: Request, call_next):
         set_cookie = False
@@ -365,8 +253,6 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
             set_cookie = from_query
         origin = request.headers.get("origin")
         if request.method not in ("GET", "HEAD", "OPTIONS") and origin is not None:
-            from urllib.parse import urlparse
-
             if urlparse(origin).netloc != request.headers.get("host", ""):
                 return error(403, f"cross-origin request from {origin} refused: use the engine's own page")
         if request.url.path == "/api/uploads":
@@ -382,7 +268,10 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
             response.set_cookie(TOKEN_COOKIE, engine.token, httponly=True, samesite="strict")
         return response
 
-    # -- pages ---------------------------------------------------------------------------------
+
+def register_page_routes(app, engine: Engine) -> None:
+    store = engine.store
+
     @app.get("/api/pages")
     def list_pages():
         return {"pages": [{"id": p.id, "width": p.width, "height": p.height, "source": p.source, "split": p.split,
@@ -406,6 +295,10 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
         if not path.is_file():
             raise RequestError(404, f"the image of page {page_id} is missing from {path.parent}")
         return FileResponse(path, media_type="image/png")
+
+
+def register_prediction_routes(app, engine: Engine) -> None:
+    store = engine.store
 
     @app.post("/api/pages/{page_id}/predict")
     def predict(page_id: str, body: PredictBody):
@@ -431,7 +324,10 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
         regions, ms = page_proposals(engine, page_id, body.points_per_side, body.refresh)
         return {"page_id": page_id, "regions": regions, "server_ms": round(ms, 2)}
 
-    # -- annotations ---------------------------------------------------------------------------
+
+def register_annotation_routes(app, engine: Engine) -> None:
+    store = engine.store
+
     @app.post("/api/pages/{page_id}/annotations", status_code=201)
     def save(page_id: str, body: AnnotationBody):
         size = engine.page_size(page_id)
@@ -467,23 +363,28 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     def progress():
         return store.progress()
 
+
+def register_export_routes(app, engine: Engine) -> None:
     @app.get("/api/export")
     def export(split: str | None = None):
+        # deferred: coco_export reads dociq.data.datasets.coco, which imports torch
         from dociq.engine.coco_export import export_coco
 
         # inside the store folder: the export hard-links the page PNGs instead of copying them
         with tempfile.TemporaryDirectory(prefix=".export-", dir=engine.data_dir) as tmp:
-            path = export_coco(store, Path(tmp) / "export.json", split=split)
+            path = export_coco(engine.store, Path(tmp) / "export.json", split=split)
             return Response(Path(path).read_bytes(), media_type="application/json")
 
-    # -- uploads -------------------------------------------------------------------------------
+
+def register_upload_routes(app, engine: Engine) -> None:
     @app.post("/api/uploads", status_code=201)
     def upload(files: list[UploadFile] = File(...), ocr: str = Form("auto")):
         if ocr not in ("auto", "tesseract", "pdf", "none"):
             raise RequestError(422, f"ocr={ocr!r}: use auto, tesseract, pdf or none")
         return import_uploads(engine, files, ocr)
 
-    # -- retrain -------------------------------------------------------------------------------
+
+def register_retrain_routes(app, engine: Engine) -> None:
     @app.post("/api/retrain")
     def retrain(body: RetrainBody | None = None):
         return start_retrain(engine, body.model_dump(exclude_none=True) if body else {})
@@ -492,12 +393,9 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
     def retrain_status():
         return {"available": retrain_available(), **engine.retrain_state}
 
-    # -- Label Studio ML backend (root paths) ---------------------------------------------------
-    from dociq.engine.label_studio import register_routes
 
-    register_routes(app, engine)
-
-    # -- the browser UI ------------------------------------------------------------------------
+def register_static_routes(app, engine: Engine) -> None:
+    """The browser UI: / and the files of dociq/engine/static."""
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/")
@@ -505,39 +403,6 @@ def create_app(store, predictor, token: str | None = None, cache_size: int = 16,
         if "text/html" not in request.headers.get("accept", ""):   # Label Studio checks GET / as health
             return {"status": "UP", "model_class": "DociqEngine", "model_version": engine.model_version}
         return HTMLResponse((STATIC_DIR / "index.html").read_text(encoding="utf-8"))
-
-    return app
-
-
-# ---- proposals ----------------------------------------------------------------------------------
-
-def page_proposals(engine: Engine, page_id: str, points_per_side: int | None = None,
-                   refresh: bool = False) -> tuple[list[dict], float]:
-    """The automatic segmenter's regions of a page (cached per page until the model changes)."""
-    from dociq.inference.automatic import PageSegmenter
-    from dociq.engine.page_cache import ActivePagePredictor
-
-    options = dict(engine.proposal_options)
-    if points_per_side is not None:
-        options["points_per_side"] = points_per_side
-    key = (page_id, options.get("points_per_side"))
-    start = time.perf_counter()
-    cached = None if refresh else engine.proposals.get(key)
-    if cached is None:
-        def run(predictor):
-            page = predictor.page
-            segmenter = PageSegmenter(ActivePagePredictor(predictor), **options)
-            return segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
-        regions = engine.cache.run(page_id, run)
-        found = [{"index": i, "mask": mask_to_rle(r.mask), "mask_png": mask_png(r.mask),
-                  "box": [float(v) for v in r.box], "score": float(r.score), "category": r.category,
-                  "area": r.area} for i, r in enumerate(regions)]
-        with engine.cache.lock:                                           # handlers run in threads
-            while len(engine.proposals) >= MAX_PROPOSAL_PAGES:          # bounded: oldest page out
-                engine.proposals.pop(next(iter(engine.proposals)))
-            engine.proposals[key] = found
-        return found, 1e3 * (time.perf_counter() - start)
-    return cached, 1e3 * (time.perf_counter() - start)
 
 
 # ---- uploads -----------------------------------------------------------------------------------
@@ -570,8 +435,6 @@ def upload_suffix(head: bytes, name: str) -> str:
 
 def import_uploads(engine: Engine, files: list, ocr: str) -> dict:
     """Check every file (name, size, type) before any is imported, then import them into the store."""
-    from dociq.engine.importer import import_folder
-
     if not files:
         raise RequestError(422, "no files: send one or more PNG/JPEG/PDF files in the 'files' field")
     folder = engine.data_dir / "uploads" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -597,42 +460,6 @@ def import_uploads(engine: Engine, files: list, ocr: str) -> dict:
         reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped) or "no pages found"
         raise RequestError(422, f"nothing was imported ({reasons})")
     return {"pages": list(result), "existing": list(result.existing), "skipped": skipped}
-
-
-# ---- retrain -----------------------------------------------------------------------------------
-
-def start_retrain(engine: Engine, options: dict) -> Any:
-    """Run a retrain round in a background thread (dociq.engine.retrain.run_round); 501 when that
-    module is not part of this installation."""
-    if not retrain_available():
-        return JSONResponse({"error": "retraining is not available: dociq.engine.retrain is not installed in "
-                                      "this version; export the annotations (GET /api/export) and fine-tune "
-                                      "with `python train.py stage=finetune data=coco ...`"}, status_code=501)
-    with engine.retrain_lock:
-        if engine.retrain_state["running"]:
-            return JSONResponse({"error": "a retrain round is already running: wait for it (GET /api/retrain)"},
-                                status_code=409)
-        engine.retrain_state.update(running=True, error=None, started=time.time())
-
-    def job():
-        from dociq.engine import retrain
-
-        try:
-            before = engine.store.checkpoint()
-            result = retrain.run_round(engine.store, base_checkpoint=engine.checkpoint, **options)
-            engine.retrain_state["last"] = result.to_json() if hasattr(result, "to_json") else result
-            after = engine.store.checkpoint()
-            base = before or (Path(engine.checkpoint).resolve() if engine.checkpoint else None)
-            if after is not None and Path(after).resolve() != base:       # promoted: predict with it
-                engine.reload_model(after)
-        except Exception as err:   # noqa: BLE001 — reported through GET /api/retrain
-            log.exception("engine: retrain round failed")
-            engine.retrain_state["error"] = " ".join(str(err).split()) or type(err).__name__
-        finally:
-            engine.retrain_state["running"] = False
-
-    threading.Thread(target=job, name="dociq-retrain", daemon=True).start()
-    return JSONResponse({"started": True, "status": "GET /api/retrain"}, status_code=202)
 
 
 # ---- serving -----------------------------------------------------------------------------------
@@ -698,7 +525,7 @@ class ServerThread:
 def build_app(data_dir: str | Path, checkpoint: str | Path | None = None, token: str | None = None,
               device: str = "cpu", create: bool = False, **options):
     """The app for a store folder and a checkpoint (default: the store's promoted checkpoint)."""
-    from dociq.engine.store import EngineStore
+    # deferred: the model stack (torch); importing the server does not load it
     from dociq.inference.predictor import load_predictor
 
     store = EngineStore(data_dir, create=create)

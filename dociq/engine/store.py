@@ -17,7 +17,7 @@ Why SQLite (stdlib `sqlite3`) and not JSON files:
 sqlite3 connections cannot be shared between threads (nor across fork), so each thread of each
 process opens its own, lazily (`threading.local`, re-opened when the process id changes).
 
-Masks are stored as compressed COCO RLE (pycocotools) in JSON: small, exact, and what the COCO
+Masks are stored as compressed COCO RLE (`dociq.io.rle`) in JSON: small, exact, and what the COCO
 export writes unchanged.
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pycocotools import mask as mask_util
 
 from dociq.data.errors import check_boxes_in_page
 from dociq.data.image_io import atomic_write_bytes, load_page_image
+from dociq.io.rle import decode_rle, encode_rle   # the one COCO RLE codec; also this module's names
 
 DB_NAME = "engine.sqlite"
 PAGES_DIR = "pages"
@@ -175,16 +176,6 @@ class AnnotationRecord:
                 "status": self.status, "clicks": self.clicks, "kind": self.kind, "author": self.author,
                 "created": self.created, "seconds": self.seconds, "area": self.area, "bbox": self.bbox,
                 "rle": self.rle}
-
-
-def encode_rle(mask: np.ndarray) -> dict:
-    """bool [H, W] -> compressed COCO RLE with a str `counts` (JSON-safe)."""
-    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
-
-
-def decode_rle(rle: dict) -> np.ndarray:
-    return mask_util.decode({"size": list(rle["size"]), "counts": rle["counts"].encode("ascii")}).astype(bool)
 
 
 def _iso(t: float) -> str:

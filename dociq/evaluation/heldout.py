@@ -1,6 +1,6 @@
 """Held-out evaluation of a `stage=finetune` checkpoint: mIoU per question kind and per prompt.
 
-    python -m dociq.evaluation.heldout CKPT [CKPT ...] --pages 128 --json results.json
+    dociq eval CKPT [CKPT ...] --pages 128 --json results.json      # dociq/cli/eval.py
 
 Every question of `--pages` held-out synthetic pages (seed 1000003, the `data.val_set` of
 training, which no training page shares) is prompted, one round, three ways:
@@ -26,8 +26,8 @@ their questions).
 
 COCO layout detection (DocLayNet / PubLayNet / `scripts/make_synthetic.py` folders):
 
-    python -m dociq.evaluation.heldout CKPT --data coco --annotations DIR/annotations.json [--image-dir DIR/images]
-                             [--max-pages N] [--ocr groundtruth|tesseract|pdf] --json results.json
+    dociq eval CKPT --data coco --annotations DIR/annotations.json [--image-dir DIR/images]
+               [--max-pages N] [--ocr groundtruth|tesseract|pdf] --json results.json
 
 runs the automatic page segmenter (dociq.inference.automatic.PageSegmenter) on every page and scores its
 regions with COCO mAP (dociq.evaluation.coco_map: bbox and segm, AP@[.5:.95], AP50, AP75, per class); the
@@ -38,11 +38,8 @@ and counted per class. On the same embedded pages, each page's questions (the st
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import random
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -51,11 +48,13 @@ import torch
 
 from dociq.evaluation.coco_map import coco_map, load_coco
 from dociq.data.collate import DocumentCollator
+from dociq.data.datasets.coco import CocoDocuments
 from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.word_snap import paint_words, snap_to_words
+from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
 from dociq.io.checkpoint import CheckpointError, read_checkpoint
 from dociq.training.tasks.segment import SegmentTask
 from dociq.training.tasks.segment_metrics import SegmentationMetrics
@@ -238,9 +237,6 @@ def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | No
     -> {"bbox": {AP, AP50, AP75, ..., per_class}, "segm": {...}, "questions": {miou, miou_<kind>,
     count_<kind>, ...}, "pages", "skipped_pages", "regions", "dropped_regions": {class: count},
     "unmatched_categories": [COCO categories no model class maps to]}"""
-    from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
-    from dociq.data.datasets.coco import CocoDocuments
-
     data = CocoDocuments(annotations, image_dir=image_dir, ocr=ocr, on_bad_sample="skip")
     gt = load_coco(annotations)
     segmenter = PageSegmenter(predictor, **segmenter_options)
@@ -308,89 +304,3 @@ def format_coco_table(results: dict[str, dict]) -> str:
                      f"categories no class maps to: {r['unmatched_categories'] or 'none'}; question mIoU "
                      f"{100 * q.get('miou', float('nan')):.1f} ({kinds})")
     return "\n".join(lines)
-
-
-def _category_map(items: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--category-map {item!r}: write model_class=coco_category, e.g. figure=Picture")
-        model_name, coco_name = item.split("=", 1)
-        out[model_name.strip()] = coco_name.strip()
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="dociq eval", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoints", nargs="+")
-    p.add_argument("--data", choices=("synthetic", "corpus", "coco"), default="synthetic",
-                   help="synthetic held-out pages (default), a real corpus's held-out split (--corpus), "
-                        "or a COCO layout set (--annotations)")
-    p.add_argument("--pages", type=int, default=None,
-                   help="pages to evaluate (default: 128 synthetic, all of a corpus split)")
-    p.add_argument("--seed", type=int, default=VAL_SEED, help="synthetic data seed of the held-out pages")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-questions", type=int, default=8)
-    p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
-    corpus = p.add_argument_group("--data corpus")
-    corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
-    corpus.add_argument("--split", default="val", help="its split (val: documents no training page comes from; "
-                        "'all' for every page, e.g. of packages no training page comes from)")
-    corpus.add_argument("--packages", nargs="+", default=None, help="only these source packages")
-    coco = p.add_argument_group("--data coco")
-    coco.add_argument("--annotations", help="the COCO annotation JSON")
-    coco.add_argument("--image-dir", help="where its file_names live (default: images/ beside it, or its folder)")
-    coco.add_argument("--max-pages", type=int, default=None, help="evaluate the first N pages only")
-    coco.add_argument("--ocr", default="groundtruth", help="words: groundtruth (the file's), tesseract or pdf")
-    coco.add_argument("--category-map", nargs="+", default=[], metavar="MODEL=COCO",
-                      help="extra class name pairs, e.g. figure=Picture paragraph=Text")
-    coco.add_argument("--points-per-side", type=int, default=16)
-    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines class_boxes "
-                      "(default: all three)")
-    coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
-    coco.add_argument("--stability-score-thresh", type=float, default=0.8)
-    p.add_argument("--heuristics", action="store_true",
-                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
-    p.add_argument("--snap", action="store_true",
-                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap) "
-                        "and, for questions, painted from the word grounding's relevant words (<set>_words)")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", default=None, help="write the results here")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.data == "coco" and not args.annotations:
-        p.error("--data coco needs --annotations <the COCO JSON>")
-    results = {}
-    for path in args.checkpoints:
-        try:
-            if args.data == "coco":
-                from dociq.inference.predictor import load_predictor
-
-                results[path] = evaluate_coco(
-                    load_predictor(path), args.annotations, args.image_dir, args.max_pages, args.ocr,
-                    _category_map(args.category_map), points_per_side=args.points_per_side,
-                    **({"seeds": args.seeds} if args.seeds else {}),
-                    pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
-                continue
-            task = load_task(path)
-            data = None
-            if args.data == "corpus":
-                from dociq.data.datasets.corpus.dataset import CorpusDocuments
-
-                data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
-                                       packages=args.packages)
-        except (FileNotFoundError, ValueError) as err:
-            print(f"dociq eval: error: {err}", file=sys.stderr)
-            return 2
-        results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
-                                 data=data, heuristics=args.heuristics, snap=args.snap)
-    print(format_coco_table(results) if args.data == "coco" else format_table(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-        print(f"results written to {args.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

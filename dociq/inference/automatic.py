@@ -7,8 +7,10 @@ per region.
     regions = segmenter.segment("page.png", ocr="tesseract")     # or words=..., word_boxes=...
     results = to_coco_results(regions, image_id=1, category_ids={"table": 1, "figure": 2})
 
-    python -m dociq.inference.automatic CKPT page.png --out overlay.png --coco-json regions.json [--words words.json]
-    python -m dociq.inference.automatic CKPT --pdf paper.pdf --page 3 --out overlay.png       # pages from 1
+    dociq segment-page CKPT page.png --out overlay.png --coco-json regions.json [--words words.json]
+    dociq segment-page CKPT --pdf paper.pdf --page 3 --out overlay.png       # pages from 1 (dociq/cli/segment_page.py)
+
+The overlay of the regions is dociq.inference.overlay.draw_overlay; masks are kept as RLE with dociq.io.rle.
 
 How (segment_anything/automatic_mask_generator.py, rewritten for pages):
 1. seeds (`seeds`, default all three): "grid", a `points_per_side`² grid of clicks; "ocr_lines",
@@ -31,22 +33,17 @@ How (segment_anything/automatic_mask_generator.py, rewritten for pages):
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import sys
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
-from pycocotools import mask as mask_util
 from scipy import ndimage
 from torchvision.ops import batched_nms, masks_to_boxes
 
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
+from dociq.io.rle import decode_rle, encode_rle
 
 log = logging.getLogger(__name__)
 
@@ -184,19 +181,6 @@ def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, b
         out &= ~np.isin(islands, drop)
     return out, bool((out != mask).any())
 
-
-def encode_rle(mask: np.ndarray) -> dict:
-    """bool [H, W] -> COCO compressed RLE with a str `counts` (JSON-safe)."""
-    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
-    rle["counts"] = rle["counts"].decode("ascii")
-    return rle
-
-
-def decode_rle(rle: dict) -> np.ndarray:
-    return mask_util.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")}).astype(bool)
-
-
-# ---- classes -----------------------------------------------------------------------------------
 
 def instance_parts(mask: np.ndarray, min_area: int = 1) -> np.ndarray:
     """bool [H, W] union mask (e.g. every table of the page) -> bool [K, H, W] its connected parts
@@ -449,141 +433,3 @@ def to_coco_results(regions: Iterable[Region], image_id: Any, category_ids: Mapp
         out.append({"image_id": image_id, "category_id": cat, "segmentation": encode_rle(r.mask),
                     "bbox": [x0, y0, x1 - x0, y1 - y0], "score": float(r.score), "area": float(r.area)})
     return out
-
-
-_PALETTE = np.array([[230, 25, 75], [60, 180, 75], [0, 130, 200], [245, 130, 48], [145, 30, 180],
-                     [70, 200, 200], [240, 50, 230], [128, 128, 0], [0, 128, 128], [170, 110, 40],
-                     [128, 0, 0], [0, 0, 128]], dtype=np.float32)
-
-
-def category_colour(name: str) -> np.ndarray:
-    """A fixed colour per class name (the same in every overlay)."""
-    return _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
-
-
-def draw_overlay(image: np.ndarray, regions: Sequence[Region], alpha: float = 0.4) -> np.ndarray:
-    """uint8 [H, W, 3]: the page with each region tinted in its class's colour, its box outlined
-    and labelled "<class> <predicted IoU>"; larger regions are painted first so small ones stay
-    visible."""
-    from PIL import Image, ImageDraw
-
-    out = np.asarray(image).astype(np.float32).copy()
-    order = sorted(range(len(regions)), key=lambda i: -regions[i].area)
-    for i in order:
-        m = regions[i].mask
-        out[m] = (1 - alpha) * out[m] + alpha * category_colour(regions[i].category)
-    canvas = Image.fromarray(out.clip(0, 255).astype(np.uint8))
-    draw = ImageDraw.Draw(canvas)
-    for i in order:
-        r = regions[i]
-        colour = tuple(int(c) for c in category_colour(r.category))
-        x0, y0, x1, y1 = (float(v) for v in r.box)
-        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=colour, width=2)
-        label = f"{r.category} {r.score:.2f}"
-        tx, ty = x0 + 2, max(0.0, y0 - 11)
-        left, top, right, bottom = draw.textbbox((tx, ty), label)
-        draw.rectangle([left - 1, top - 1, right + 1, bottom + 1], fill=colour)
-        draw.text((tx, ty), label, fill=(255, 255, 255))
-    return np.asarray(canvas)
-
-
-# ---- command line ------------------------------------------------------------------------------
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dociq segment-page",
-                                description="Segment every region of a page and name its layout class.")
-    p.add_argument("checkpoint", help="a stage=finetune checkpoint (.ckpt) or a from_pretrained folder")
-    p.add_argument("image", nargs="?", help="page image (or give --pdf FILE --page N)")
-    p.add_argument("--pdf", help="a PDF: segment its page --page (its text layer gives the words)")
-    p.add_argument("--page", type=int, default=1, help="page of --pdf, numbered from 1 (default 1)")
-    p.add_argument("--dpi", type=float, default=144.0, help="render --pdf at this resolution (default 144)")
-    p.add_argument("--words", help='OCR words JSON as for dociq predict: [{"text", "box": [x0, y0, x1, y1]}] '
-                   '(page pixels) or {"words": [...], "boxes": [...]}')
-    p.add_argument("--ocr", default=None, help="OCR backend when no --words / --pdf: tesseract (default: none)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default="overlay.png", help="overlay image to write")
-    p.add_argument("--coco-json", help="write the regions as a COCO result list (RLE masks) here")
-    p.add_argument("--image-id", default=1, type=int, help="image_id of the COCO results (default 1)")
-    p.add_argument("--annotations", help="a COCO annotation file whose category ids (matched by name) the "
-                   "results use; default: the model's classes numbered from 1, as printed")
-    p.add_argument("--points-per-side", type=int, default=16)
-    p.add_argument("--seeds", nargs="+", default=list(DEFAULT_SEEDS), choices=list(SEEDS),
-                   help="seed kinds (default: all); class_boxes prompts with the boxes of the class answers' parts")
-    p.add_argument("--pred-iou-thresh", type=float, default=0.5)
-    p.add_argument("--stability-score-thresh", type=float, default=0.8)
-    p.add_argument("--box-nms-thresh", type=float, default=0.7)
-    p.add_argument("--min-region-area", type=int, default=64)
-    p.add_argument("--no-classify", action="store_true", help="do not ask the class questions")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    return p
-
-
-def _page_input(args) -> tuple[np.ndarray, Any, Any]:
-    """(image, words, word_boxes) from IMAGE / --pdf --page / --words, as `dociq predict` reads them."""
-    from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
-    from dociq.data.image_io import load_page_image
-    from dociq.inference.predictor import read_pdf_page, read_words_json
-
-    if args.pdf and args.image:
-        raise ValueError("give either IMAGE or --pdf FILE, not both")
-    words = boxes = None
-    if args.pdf:
-        image, found = read_pdf_page(args.pdf, args.page, args.dpi)
-        words, boxes = list(found.words), found.boxes
-    elif args.image:
-        if not Path(args.image).is_file():
-            raise FileNotFoundError(f"page image {args.image} does not exist")
-        image = load_page_image(Path(args.image), DEFAULT_MAX_PAGE_PIXELS)
-    else:
-        raise ValueError("no page given: pass IMAGE or --pdf FILE --page N")
-    if args.words:
-        words, boxes = read_words_json(args.words)
-    return image, words, boxes
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m dociq.inference.automatic` / `dociq segment-page`; 0 on success, 2 on a user error."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from PIL import Image
-
-    from dociq.inference.predictor import load_predictor
-
-    try:
-        image, words, boxes = _page_input(args)              # before the model: a wrong path fails fast
-        category_ids = None
-        if args.annotations:
-            from dociq.evaluation.coco_map import category_ids_by_name
-            category_ids = category_ids_by_name(args.annotations)
-        segmenter = PageSegmenter(load_predictor(args.checkpoint, args.device),
-                                  points_per_side=args.points_per_side, seeds=args.seeds,
-                                  pred_iou_thresh=args.pred_iou_thresh,
-                                  stability_score_thresh=args.stability_score_thresh,
-                                  box_nms_thresh=args.box_nms_thresh, min_region_area=args.min_region_area,
-                                  classify=not args.no_classify)
-        regions = segmenter.segment(image, words=words, word_boxes=boxes, ocr=None if words is not None else args.ocr)
-    except (FileNotFoundError, ValueError) as err:            # a user's mistake (CheckpointError is one)
-        if args.debug:
-            raise
-        print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    Image.fromarray(draw_overlay(image, regions)).save(args.out)
-    for r in regions:
-        x0, y0, x1, y1 = (int(v) for v in r.box)
-        print(f"{r.category:16s} IoU {r.score:.3f}  stability {r.stability:.3f}  class IoU {r.category_score:.2f}  "
-              f"box ({x0}, {y0}, {x1}, {y1})  {r.area} px  seed {r.seed}")
-    print(f"{len(regions)} regions; overlay written to {args.out}")
-    if args.coco_json:
-        if category_ids is None:
-            category_ids = {name: i + 1 for i, name in enumerate([*segmenter.categories, UNCLASSIFIED])}
-        results = to_coco_results(regions, args.image_id, category_ids)
-        Path(args.coco_json).write_text(json.dumps(results))
-        print(f"{len(results)} COCO results written to {args.coco_json} (category ids: "
-              + ", ".join(f"{n}={i}" for n, i in category_ids.items()) + ")")
-        if len(results) < len(regions):
-            print(f"{len(regions) - len(results)} regions left out: their class has no category id")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,40 +6,43 @@
     <dir>/question_tokenizer/         open_clip's BPE merges the question tokenizer reads
     <dir>/README.md                   model card: training config, metrics, how to load
 
-    python -m dociq.inference.hub export outputs/finetune/runs/<run>/checkpoints/last.ckpt models/dociq-tiny
-    from dociq.inference.hub import DociqSegmenter, predictor_from_pretrained
+    dociq export outputs/finetune/runs/<run>/checkpoints/last.ckpt models/dociq-tiny   # dociq/cli/hub.py
+    from dociq.inference.hub import DociqSegmenter
     segmenter = DociqSegmenter.from_pretrained("models/dociq-tiny")      # nn.Module, .model is the SegmentationModel
-    predictor = predictor_from_pretrained("models/dociq-tiny")           # a dociq.inference.predictor.Predictor
+    from dociq.inference.predictor import Predictor
+    predictor = Predictor.from_pretrained("models/dociq-tiny")           # = predictor_from_pretrained there
 
 Saving and loading go through huggingface_hub's `PyTorchModelHubMixin` (config.json from the
 constructor's arguments, weights with safetensors' `save_model`/`load_model`, which handle tied
 tensors); this module adds the tokenizer files, the model card and checks that turn a wrong folder
 into a ValueError naming the folder and the fix. Loading reads only local files and safetensors.
+It knows nothing of the Predictor: `dociq.inference.predictor` builds one from what it loads.
 docs/model_folders.md describes the folder and how to push it to the hub.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import hashlib
-import inspect
 import json
 import math
 import os
 import re
 import shutil
-import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from huggingface_hub import constants as hf_constants
 from safetensors import SafetensorError
+from safetensors.torch import load_model
 from torch import nn
+
+from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer, default_vocab_dir
+from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 
 LIBRARY_NAME = "dociq"
@@ -49,7 +52,8 @@ WEIGHTS_NAME = hf_constants.SAFETENSORS_SINGLE_FILE         # model.safetensors
 OCR_TOKENIZER_DIR = "ocr_tokenizer"
 QUESTION_TOKENIZER_DIR = "question_tokenizer"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-EXPORT_HINT = "export a stage=finetune checkpoint with `python -m dociq.inference.hub export CKPT DIR`"
+DEFAULT_MAX_QUESTION_WORDS = 12         # content words per question matched against the OCR words (Predictor's default)
+EXPORT_HINT = "export a stage=finetune checkpoint with `dociq export CKPT DIR`"
 
 MODEL_CARD_TEMPLATE = """---
 {{ card_data }}
@@ -67,7 +71,7 @@ mask per prompt out.
 ## How to load
 
 ```python
-from dociq.inference.hub import predictor_from_pretrained
+from dociq.inference.predictor import predictor_from_pretrained
 predictor = predictor_from_pretrained("{{ folder }}")      # offline, safetensors only
 masks, scores = predictor.predict("page.png", question=["the page footer"], ocr="tesseract")
 ```
@@ -105,9 +109,10 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
     weights are `self.model`'s, saved under the same `model.` keys as the Lightning checkpoint."""
 
     def __init__(self, model: dict, image_size: int, ocr: bool = True, lexical_match: bool = True,
-                 max_question_words: int = 12, ocr_tokenizer: dict | None = None,
+                 max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, ocr_tokenizer: dict | None = None,
                  question_tokenizer: dict | None = None) -> None:
-        from dociq.models.segmenter import SegmentationModel   # here: it imports timm, open_clip, transformers
+        # deferred: dociq.models imports timm, open_clip and transformers (`dociq export` of a wrong path fails fast)
+        from dociq.models.segmenter import SegmentationModel
 
         super().__init__()
         self.model_config = dict(model)
@@ -162,8 +167,6 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
             _copy(Path(self.question_bpe_source or _open_clip_bpe()), target)
 
     def _save_ocr_tokenizer(self, target: Path) -> None:
-        from dociq.data.tokenize import default_vocab_dir
-
         source = Path(self.ocr_vocab_source or default_vocab_dir())
         if not (source / "vocab.txt").is_file():
             raise FileNotFoundError(f"OCR tokenizer folder {source} has no vocab.txt: set data.tokenizer.vocab_dir "
@@ -209,7 +212,9 @@ class DociqSegmenter(nn.Module, PyTorchModelHubMixin, library_name=LIBRARY_NAME,
             raise _folder_error(model_id, f"{CONFIG_NAME} describes a model dociq cannot build "
                                 f"({type(err).__name__}: {' '.join(str(err).split())[:300]})",
                                 f"restore the exported {CONFIG_NAME}, or {EXPORT_HINT} again") from err
-        return cls._load_as_safetensor(model, os.path.join(model_id, WEIGHTS_NAME), map_location, strict)
+        # what the mixin's loader does, through safetensors' public API
+        load_model(model, os.path.join(model_id, WEIGHTS_NAME), strict=strict, device=map_location)
+        return model.eval()
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -298,8 +303,6 @@ def _simple_tokenizer(bpe_path: str):
 def folder_question_tokenizer(bpe_path: Path, context_length: int):
     """A `dociq.data.tokenize.QuestionTokenizer` that reads the folder's BPE merges instead of the ones
     in the installed open_clip (the same SimpleTokenizer, so the same ids when the files are equal)."""
-    from dociq.data.tokenize import QuestionTokenizer
-
     class FolderQuestionTokenizer(QuestionTokenizer):
         def __call__(self, texts: list[str]) -> torch.Tensor:
             if not texts:
@@ -422,16 +425,10 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     The Predictor settings are the ones `Predictor.from_checkpoint` uses; the OCR tokenizer and the
     question-word budget come from the run's Hydra config (data.tokenizer, data.max_question_words)
     when the run folder has one, else from the defaults the Predictor uses."""
-    from dociq.io.checkpoint import CheckpointError, read_finetune_checkpoint
-
     path = Path(ckpt_path)
     ckpt = read_finetune_checkpoint(path)
     hparams = ckpt["hyper_parameters"]
-    from dociq.data.tokenize import OcrTokenizer   # after the checks: a wrong path fails without the model imports
-    from dociq.inference.predictor import Predictor
-
     hydra = _read_hydra_config(_run_folder(path))
-    predictor_defaults = inspect.signature(Predictor.__init__).parameters
     vocab_dir = _hydra_value(hydra, "data.tokenizer.vocab_dir", None)
     if vocab_dir is not None and not Path(vocab_dir).is_dir():
         raise FileNotFoundError(f"the run's .hydra/config.yaml sets data.tokenizer.vocab_dir={vocab_dir}, which does "
@@ -439,8 +436,7 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
                                 "or copy that tokenizer folder there")
     max_length = _hydra_value(hydra, "data.tokenizer.max_length", None)
     ocr_tokenizer = OcrTokenizer(vocab_dir=vocab_dir, **({} if max_length is None else {"max_length": int(max_length)}))
-    max_question_words = int(_hydra_value(hydra, "data.max_question_words",
-                                          predictor_defaults["max_question_words"].default))
+    max_question_words = int(_hydra_value(hydra, "data.max_question_words", DEFAULT_MAX_QUESTION_WORDS))
     model_cfg = _without_file_paths(_plain(hparams["model"]))
     segmenter = DociqSegmenter(
         model=model_cfg, image_size=int(model_cfg["image_size"]), ocr=bool(hparams.get("ocr", True)),
@@ -455,7 +451,7 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
                               f"tokenizer {ocr_tokenizer.vocab_dir} has {ocr_tokenizer.vocab_size}",
                               "export from the run folder (<run>/checkpoints/...) so its .hydra/config.yaml names "
                               "the tokenizer (data.tokenizer.vocab_dir)")
-    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    state = model_state_dict(ckpt["state_dict"])
     result = segmenter.model.load_state_dict(state, strict=False)
     if result.missing_keys:
         raise CheckpointError(path, f"lacks {len(result.missing_keys)} weights of the segmentation model (e.g. "
@@ -509,58 +505,17 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
     return out_dir
 
 
-def predictor_from_pretrained(directory: str | Path, device: str | torch.device = "cpu"):
-    """A model folder -> `dociq.inference.predictor.Predictor`, set up as `Predictor.from_checkpoint` sets it up from
-    the original checkpoint (image size, OCR on/off, lexical match), with the folder's tokenizers."""
-    from dociq.data.tokenize import OcrTokenizer
-    from dociq.inference.predictor import Predictor
-
-    folder = Path(directory)
-    segmenter = DociqSegmenter.from_pretrained(folder)
-    ocr_tokenizer = OcrTokenizer(vocab_dir=folder / OCR_TOKENIZER_DIR,
-                                 **({"max_length": int(segmenter.ocr_tokenizer["max_length"])}
-                                    if segmenter.ocr_tokenizer.get("max_length") else {}))
-    predictor = Predictor(segmenter.model, segmenter.image_size, use_ocr=segmenter.ocr, ocr_tokenizer=ocr_tokenizer,
-                          device=device, max_question_words=segmenter.max_question_words)
-    predictor.use_lexical_match = segmenter.lexical_match
-    if predictor.question_tokenizer is not None:
-        if not segmenter.question_tokenizer:
-            raise _folder_error(folder, f"the model has a question tower but {CONFIG_NAME} names no "
-                                "question_tokenizer", EXPORT_HINT)
-        predictor.question_tokenizer = folder_question_tokenizer(
-            segmenter.question_bpe_source, predictor.question_tokenizer.context_length)
-    return predictor
+def folder_ocr_tokenizer(folder: str | Path, segmenter: DociqSegmenter) -> OcrTokenizer:
+    """The OCR tokenizer of a model folder `segmenter` was loaded from (its ocr_tokenizer/ files)."""
+    return OcrTokenizer(vocab_dir=Path(folder) / OCR_TOKENIZER_DIR,
+                        **({"max_length": int(segmenter.ocr_tokenizer["max_length"])}
+                           if segmenter.ocr_tokenizer.get("max_length") else {}))
 
 
-# ---- CLI ---------------------------------------------------------------------------------------
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m dociq.inference.hub export CKPT DIR [--overwrite]`; a user's mistake is one line on stderr, exit 2."""
-    # `dociq export ...` (dociq/cli/__init__.py sets argv[0] to "dociq export") or `python -m dociq.inference.hub export ...`
-    prog = "dociq" if Path(sys.argv[0]).name.startswith("dociq") else "python -m dociq.inference.hub"
-    parser = argparse.ArgumentParser(prog=prog,
-                                     description="Model folders in the Hugging Face layout.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="a stage=finetune checkpoint -> a model folder")
-    export.add_argument("checkpoint", help="<run>/checkpoints/last.ckpt of a `python train.py stage=finetune` run")
-    export.add_argument("directory", help="the folder to write (new, or an earlier export with --overwrite)")
-    export.add_argument("--overwrite", action="store_true", help="replace an earlier export in DIRECTORY")
-    export.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:          # argparse printed its usage line; keep its status (2 for errors)
-        return int(exit_.code or 0)
-    try:
-        out = export_checkpoint(args.checkpoint, args.directory, overwrite=args.overwrite)
-    except (FileNotFoundError, ValueError, TypeError) as err:   # CheckpointError is a ValueError
-        if args.debug:
-            raise
-        print(f"dociq export: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    print(f"exported {args.checkpoint} -> {out} ({', '.join(files)})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def folder_question_tokenizer_of(folder: str | Path, segmenter: DociqSegmenter, context_length: int):
+    """The question tokenizer of a model folder whose model has a question tower (the folder's BPE
+    merges), or a ValueError when its config.json names none."""
+    if not segmenter.question_tokenizer:
+        raise _folder_error(Path(folder), f"the model has a question tower but {CONFIG_NAME} names no "
+                            "question_tokenizer", EXPORT_HINT)
+    return folder_question_tokenizer(segmenter.question_bpe_source, context_length)

@@ -8,6 +8,10 @@ Reading: `read_checkpoint` is the one `torch.load` of the code base (weights onl
 file it cannot read raises `CheckpointError` naming the file, what is wrong with it and the fix.
 Lightning is imported only when `AtomicCheckpointIO` is used, so the readers (predict, evaluate,
 the models) stay Lightning-free.
+
+Extracting: `model_state_dict` (the `model.*` part of a Lightning state dict, prefix removed),
+`strip_prefix` (the sub-module under the first prefix that occurs) and `load_state_dict_like` (a
+state dict given directly or as a path) are the one place a state dict is cut out of a checkpoint.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import tempfile
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -204,3 +208,36 @@ def _detail(err: Exception) -> str:
         text = text.split("WeightsUnpickler error:", 1)[1] if "WeightsUnpickler error:" in text else ""
     text = " ".join(text.split())[:120]
     return f" ({type(err).__name__}: {text})" if text else ""
+
+
+# ---- extracting a state dict -----------------------------------------------------------------
+
+def model_state_dict(state: Mapping[str, Any], prefix: str = "model.", *, tensors_only: bool = False) -> dict:
+    """The entries of `state` under `prefix`, with the prefix removed (e.g. a task's `model.*`
+    tensors as the model's own state dict); `tensors_only` drops entries that are not tensors."""
+    return {k[len(prefix):]: v for k, v in state.items()
+            if k.startswith(prefix) and (not tensors_only or torch.is_tensor(v))}
+
+
+def strip_prefix(state: dict, prefixes: tuple[str, ...]) -> dict:
+    """Keep only the keys under the first prefix that occurs (a sub-module of a full checkpoint), unprefixed."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state):
+            return model_state_dict(state, prefix)
+    return state
+
+
+def load_state_dict_like(state_dict_or_path: Mapping[str, torch.Tensor] | str | os.PathLike, what: str) -> dict:
+    """A state dict given directly or as a checkpoint path (`read_checkpoint`), unwrapping {"model": ...}."""
+    if isinstance(state_dict_or_path, (str, os.PathLike)):
+        path = os.fspath(state_dict_or_path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{what}: checkpoint {path!r} does not exist; pass the path of a local .pth file")
+        state = read_checkpoint(path)
+    else:
+        state = state_dict_or_path
+    if isinstance(state, Mapping) and isinstance(state.get("model"), Mapping):  # SAM 2 checkpoints
+        state = state["model"]
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{what}: expected a state dict (name -> tensor), got {type(state).__name__}")
+    return dict(state)

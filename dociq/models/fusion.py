@@ -22,6 +22,7 @@ from torch import nn
 
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.pos_embed import sincos_2d
+from dociq.models.sizes import part_config
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,6 @@ class FusionConfig:
     # time; null = global attention. Cross-attention to the image is always global.
     text_window: int | None = 512
 
-
-FUSION_SIZES: dict[str, FusionConfig] = {
-    "tiny": FusionConfig(dim=128, depth=2, num_heads=4),
-    "base": FusionConfig(dim=768, depth=6, num_heads=12),
-}
 
 
 class Attention(nn.Module):
@@ -152,15 +148,13 @@ class FusionTrunk(nn.Module):
 
     @classmethod
     def from_size(cls, size: str, image_dim: int, text_dim: int, **overrides) -> "FusionTrunk":
-        if size not in FUSION_SIZES:
-            raise KeyError(f"unknown fusion size '{size}'; choose one of "
-                           f"{', '.join(FUSION_SIZES)} (model.size in configs/model/*.yaml)")
-        known = set(asdict(FUSION_SIZES[size]))
+        named = FusionConfig(**part_config(size, "fusion"))   # dociq.models.sizes
+        known = set(asdict(named))
         unknown = set(overrides) - known
         if unknown:
             raise KeyError(f"unknown model.fusion key(s) {sorted(unknown)}; "
                            f"allowed: {sorted(known)}")
-        cfg = replace(FUSION_SIZES[size], **overrides)
+        cfg = replace(named, **overrides)
         return cls(image_dim, text_dim, **asdict(cfg))
 
     def grid_pos(self, grid: tuple[int, int], device: torch.device) -> torch.Tensor:

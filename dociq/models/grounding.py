@@ -36,15 +36,6 @@ from dociq.models.fusion import MLP, Attention, windowed_self_attention
 from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
 from dociq.models.prompt_encoder import POSITIVE_POINT as POSITIVE_LABEL
 
-GROUNDING_SIZES: dict[str, dict[str, Any]] = {
-    # window: self-attention over the page's tokens in windows of reading order (shifted by half
-    # a window every other block); a grounding runs once per prompt, so on a 3,000-token page
-    # global attention would cost ~10x the rest of the step. Rows and columns of matched words
-    # reach every token through the alignment features, whatever the window.
-    "tiny": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True, window=256),
-    "base": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16, alignment=True, window=512),
-}
-
 
 def row_column_overlap(boxes: Tensor, others: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """How much two tokens share a text line and a column: the overlap of their y- (x-) extents
@@ -194,7 +185,7 @@ class WordGrounding(nn.Module):
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> "WordGrounding":
-        return cls(**resolve_size("WordGrounding", GROUNDING_SIZES, size, overrides, cls))
+        return cls(**resolve_size("WordGrounding", "grounding", size, overrides, cls))
 
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,

@@ -19,15 +19,6 @@ def patchify(image: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     return x.reshape(B, h * w, ph * pw * C)
 
 
-def unpatchify(units: torch.Tensor, grid: tuple[int, int], channels: int = 3) -> torch.Tensor:
-    """Inverse of `patchify`: [B, h*w, p*p*C] -> [B,C,H,W] (square units)."""
-    B, N, K = units.shape
-    h, w = int(grid[0]), int(grid[1])
-    p = int(round((K / channels) ** 0.5))
-    x = units.reshape(B, h, w, p, p, channels).permute(0, 5, 1, 3, 2, 4)
-    return x.reshape(B, channels, h * p, w * p)
-
-
 def normalise_units(units: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Per-unit mean/variance normalisation of pixel targets (MAE's norm_pix_loss)."""
     mean = units.mean(dim=-1, keepdim=True)

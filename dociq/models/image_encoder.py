@@ -18,15 +18,10 @@ from timm.layers import resample_abs_pos_embed
 from timm.models.hiera import Hiera, checkpoint_filter_fn
 from torch import nn
 
-log = logging.getLogger(__name__)
+from dociq.io.checkpoint import model_state_dict, read_checkpoint
+from dociq.models.sizes import part_config
 
-# Named sizes: Hiera constructor arguments (timm registry style). Overrides replace single fields.
-SIZES: dict[str, dict[str, Any]] = {
-    # CPU: trains at 256x256 in minutes; stage channels 32/64/128/256.
-    "tiny": dict(img_size=256, embed_dim=32, num_heads=1, stages=(1, 1, 2, 1)),
-    # Hiera-B+ (timm `hiera_base_plus_224` arguments) at 1024x1024, as SAM 2's image encoder.
-    "base": dict(img_size=1024, embed_dim=112, num_heads=2, stages=(2, 3, 16, 3)),
-}
+log = logging.getLogger(__name__)
 
 _HIERA_ARGS = set(inspect.signature(Hiera.__init__).parameters) - {"self", "num_classes", "device", "dtype"}
 _PREFIX = "hiera."
@@ -70,9 +65,8 @@ class ImageEncoder(nn.Module):
     @classmethod
     def from_size(cls, size: str, img_size: int | None = None, checkpoint_path: str | Path | None = None,
                   **overrides: Any) -> "ImageEncoder":
-        if size not in SIZES:
-            raise KeyError(f"unknown image encoder size '{size}' (model.size); choose one of {sorted(SIZES)}")
-        kwargs = {**SIZES[size], **overrides}
+        # Named sizes: Hiera constructor arguments in dociq.models.sizes; overrides replace single fields.
+        kwargs = {**part_config(size, "image_encoder"), **overrides}
         if img_size is not None:
             kwargs["img_size"] = img_size
         encoder = cls(**kwargs)
@@ -177,8 +171,6 @@ def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tens
     if not path.is_file():
         raise FileNotFoundError(f"image encoder checkpoint {path} does not exist: set init.image_encoder "
                                 "to a .ckpt/.pth file (or null)")
-    from dociq.io.checkpoint import read_checkpoint
-
     checkpoint = read_checkpoint(path)  # a dict, or a CheckpointError (a ValueError) naming the file
     if "state_dict" in checkpoint:  # Lightning: `image_encoder.*` (ijepa) or `model.image_encoder.*` (pretrain, ...)
         state = checkpoint["state_dict"]
@@ -189,7 +181,7 @@ def load_image_encoder_from_checkpoint(path: str | Path) -> dict[str, torch.Tens
             raise KeyError(f"{path}: Lightning checkpoint has no '{_PART}*' weights (top-level modules: "
                            f"{modules}); pass a checkpoint of a stage that trains the image encoder")
         prefix = prefixes[0]  # the outermost encoder (not one nested inside another part)
-        return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        return model_state_dict(state, prefix)
     for nested in ("model_state", "model"):
         if isinstance(checkpoint.get(nested), dict):
             checkpoint = checkpoint[nested]

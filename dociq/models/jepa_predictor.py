@@ -17,12 +17,7 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from dociq.models.pos_embed import sincos_2d
-
-SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(dim=64, depth=2, num_heads=4, mlp_ratio=4.0),
-    # I-JEPA's predictor width (384) at half its ViT-H depth.
-    "base": dict(dim=384, depth=6, num_heads=12, mlp_ratio=4.0),
-}
+from dociq.models.sizes import part_config
 
 
 class JEPAPredictor(nn.Module):
@@ -54,9 +49,7 @@ class JEPAPredictor(nn.Module):
 
     @classmethod
     def from_size(cls, size: str, in_dim: int, **overrides: Any) -> "JEPAPredictor":
-        if size not in SIZES:
-            raise KeyError(f"unknown predictor size '{size}' (model.size); choose one of {sorted(SIZES)}")
-        kwargs = {**SIZES[size], **overrides}
+        kwargs = {**part_config(size, "predictor"), **overrides}   # sizes: dociq.models.sizes
         try:
             return cls(in_dim=in_dim, **kwargs)
         except TypeError as err:

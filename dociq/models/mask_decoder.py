@@ -25,14 +25,10 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from dociq.models.common import MLP, LayerNorm2d, load_state_dict_like, resolve_size, strip_prefix
+from dociq.io.checkpoint import load_state_dict_like, strip_prefix
+from dociq.models.common import MLP, LayerNorm2d, resolve_size
 from dociq.models.two_way_transformer import TwoWayTransformer
 
-# Named sizes, timm-style. "base" is SAM's decoder (ViT-B/L/H all share it); "tiny" runs on a CPU.
-MASK_DECODER_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(transformer_dim=64, num_heads=4, mlp_dim=256, iou_head_hidden_dim=64),
-    "base": dict(transformer_dim=256, num_heads=8, mlp_dim=2048, iou_head_hidden_dim=256),
-}
 
 
 class MaskDecoder(nn.Module):
@@ -108,8 +104,8 @@ class MaskDecoder(nn.Module):
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> "MaskDecoder":
-        """Build a named size ("tiny", "base") with keyword overrides, e.g. use_high_res_features=True."""
-        return cls(**resolve_size("MaskDecoder", MASK_DECODER_SIZES, size, overrides, cls))
+        """Build a named size (dociq.models.sizes) with keyword overrides, e.g. use_high_res_features=True."""
+        return cls(**resolve_size("MaskDecoder", "mask_decoder", size, overrides, cls))
 
     def forward(
         self,

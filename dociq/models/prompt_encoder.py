@@ -36,23 +36,13 @@ from open_clip.factory import load_state_dict as load_open_clip_state_dict
 from open_clip.model import CLIPTextCfg, _build_text_tower
 from torch import Tensor, nn
 
-from dociq.models.common import LayerNorm2d, load_state_dict_like, resolve_size, strip_prefix
+from dociq.io.checkpoint import load_state_dict_like, strip_prefix
+from dociq.models.common import LayerNorm2d, resolve_size
+from dociq.models.sizes import QUESTION_TOWERS
 
-# open_clip-style model configs ({"embed_dim", "text_cfg", optional "quick_gelu"}) for towers that
-# open_clip does not ship. Any open_clip model name (e.g. "ViT-B-16") works as well.
-QUESTION_TOWER_CONFIGS: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "embed_dim": 128,
-        "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 128, "heads": 2, "layers": 2},
-    },
-}
-
-PROMPT_ENCODER_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(embed_dim=64, image_embedding_size=(16, 16), input_image_size=(256, 256), mask_in_chans=16,
-                 question_model="tiny"),
-    "base": dict(embed_dim=256, image_embedding_size=(64, 64), input_image_size=(1024, 1024), mask_in_chans=16,
-                 question_model="ViT-B-16"),
-}
+# Named question towers (open_clip-style configs open_clip does not ship) live in the registry with
+# the sizes; any open_clip model name (e.g. "ViT-B-16") works as well.
+QUESTION_TOWER_CONFIGS = QUESTION_TOWERS
 
 # Point labels: SAM's -1/0/1 plus SAM 2's box corners given as points (2 top-left, 3 bottom-right),
 # which lets prompts with and without a box share one batch.
@@ -106,6 +96,8 @@ class QuestionEncoder(nn.Module):
         super().__init__()
         cfg, self.open_clip_name = _resolve_question_model(model_name_or_cfg)
         text_cfg = CLIPTextCfg(**{**cfg["text_cfg"], "output_tokens": True})
+        # Private, but open_clip's only public routes to this module (create_model, CustomTextCLIP)
+        # also build a vision tower; copying its CLIPTextCfg -> TextTransformer mapping would drift.
         self.text = _build_text_tower(cfg["embed_dim"], text_cfg, quick_gelu=cfg.get("quick_gelu", False))
         self.context_length = text_cfg.context_length
         self.pad_id = text_cfg.pad_id
@@ -289,8 +281,8 @@ class PromptEncoder(nn.Module):
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> "PromptEncoder":
-        """Build a named size ("tiny", "base") with keyword overrides, e.g. question_model=None."""
-        return cls(**resolve_size("PromptEncoder", PROMPT_ENCODER_SIZES, size, overrides, cls))
+        """Build a named size (dociq.models.sizes) with keyword overrides, e.g. question_model=None."""
+        return cls(**resolve_size("PromptEncoder", "prompt_encoder", size, overrides, cls))
 
     def get_dense_pe(self) -> Tensor:
         """Positional encoding of the image-embedding grid, [1, embed_dim, h, w] (the decoder's image_pe)."""

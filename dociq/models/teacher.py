@@ -214,6 +214,7 @@ def build_tiny_teacher(out_dir: str | os.PathLike, hidden_size: int = 128, layer
     the distill stage runnable offline; it teaches nothing useful."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    # deferred: text_encoder imports transformers, which this module loads only when a teacher is built
     from dociq.models.text_encoder import load_tokenizer
 
     out = Path(out_dir)

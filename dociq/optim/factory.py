@@ -13,6 +13,8 @@ from typing import Sequence
 
 import torch
 
+from dociq.optim.sngd import SubspaceNGD
+
 NamedParams = Sequence[tuple[str, torch.nn.Parameter]]
 
 # Parameters that get no weight decay: 1-D tensors (norm scales, biases) and these names.
@@ -78,8 +80,6 @@ def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200
 
 def sngd(named_params: NamedParams, weight_decay: float = 0.01, **kwargs):
     """SubspaceNGD; embeddings and norms/biases go to its fallback (project=False group)."""
-    from dociq.optim.sngd import SubspaceNGD
-
     named = _named(named_params)
     groups = []
     for project in (True, False):

@@ -26,7 +26,7 @@ DDP_NAMES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_pa
 
 
 def _unwrap(optimizer):
-    return optimizer._optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+    return optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
 
 
 def _require_sngd(strategy_name: str, optimizers: list) -> None:

@@ -165,4 +165,4 @@ class LoggerRunIds(Callback):
         return ids
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._trainer = trainer
+        self._trainer = trainer   # this callback's own: Callback.state_dict() is given no trainer

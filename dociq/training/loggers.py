@@ -94,6 +94,7 @@ class ResumableCSVLogger(CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
+        # CSVLogger's own `_experiment` / `_fs` (no public setter): this override replaces its builder
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = AppendingExperimentWriter(self.log_dir, resume_step=self.resume_step)

@@ -26,6 +26,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dociq.optim.strategy import resolve_strategy  # importing it registers dociq's strategies with Lightning
 from dociq.training.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.training.config import CONFIG_DIR, register_resolvers
 from dociq.training.config_checks import check_config
@@ -111,8 +112,6 @@ def build_strategy(cfg: DictConfig):
     optim_strategy = cfg.optim.get("strategy")
     if optim_strategy is None:
         return trainer_strategy
-    from dociq.optim.strategy import resolve_strategy  # registers the strategies
-
     return resolve_strategy(trainer_strategy, optim_strategy, cfg.trainer.get("devices"))
 
 
@@ -146,6 +145,7 @@ def finish_wandb_runs(trainer: L.Trainer) -> None:
     """End this job's wandb run. Lightning leaves it open, and the next `train()` in the same process
     (a Hydra multirun job, a test) would otherwise log into it instead of its own run."""
     for lg in trainer.loggers:
+        # private on purpose: the public `lg.experiment` would start a run when none was started
         run = getattr(lg, "_experiment", None) if type(lg).__name__ == "WandbLogger" else None
         if run is not None and hasattr(run, "finish"):
             run.finish()

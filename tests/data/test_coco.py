@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 from pycocotools import mask as mask_util
 
-from dociq.data.datasets.coco import CocoDocuments, category_question_text, encode_mask, write_coco
+from dociq.data.datasets.coco import CocoDocuments, category_question_text, write_coco
+from dociq.io.rle import encode_rle as encode_mask
 from dociq.data.schema import Page, Question, Region
 
 

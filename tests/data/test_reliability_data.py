@@ -18,7 +18,8 @@ from PIL import Image
 
 from pycocotools import mask as mask_util
 
-from dociq.data.datasets.coco import CocoDocuments, encode_mask, rle_string_counts
+from dociq.data.datasets.coco import CocoDocuments
+from dociq.io.rle import encode_rle as encode_mask, rle_string_counts
 from dociq.data.errors import BadSampleError
 from dociq.data.datasets.funsd import FUNSD_LABELS, FunsdDocuments
 from dociq.data.image_io import load_page_image

@@ -5,11 +5,11 @@ from segment_anything.modeling import MaskDecoder as SamMaskDecoder
 from segment_anything.modeling import TwoWayTransformer as SamTwoWayTransformer
 
 from dociq.models.mask_decoder import (
-    MASK_DECODER_SIZES,
     MaskDecoder,
     build_mask_decoder,
     load_sam_decoder_state_dict,
 )
+from dociq.models.sizes import part_config
 
 
 def _sam_decoder(dim, heads, mlp_dim, iou_hidden, seed=0):
@@ -38,7 +38,7 @@ def _inputs(dim, n_prompts, h=8, w=8, n_images=1, n_sparse=5, seed=1):
 
 @pytest.mark.parametrize("multimask_output", [True, False])
 def test_parity_with_segment_anything_tiny(multimask_output):
-    cfg = MASK_DECODER_SIZES["tiny"]
+    cfg = part_config("tiny", "mask_decoder")
     sam = _sam_decoder(cfg["transformer_dim"], cfg["num_heads"], cfg["mlp_dim"], cfg["iou_head_hidden_dim"])
     ours = MaskDecoder.from_size("tiny").eval()
     load_sam_decoder_state_dict(ours, sam.state_dict())
@@ -135,7 +135,7 @@ def test_named_sizes_and_overrides():
 
 
 def test_loading_sam_checkpoint_file_and_strictness(tmp_path):
-    cfg = MASK_DECODER_SIZES["tiny"]
+    cfg = part_config("tiny", "mask_decoder")
     sam = _sam_decoder(cfg["transformer_dim"], cfg["num_heads"], cfg["mlp_dim"], cfg["iou_head_hidden_dim"])
     full = {f"mask_decoder.{k}": v for k, v in sam.state_dict().items()}
     full["image_encoder.patch_embed.proj.weight"] = torch.zeros(1)

@@ -6,15 +6,15 @@ from open_clip.model import CLIP
 from segment_anything.modeling import PromptEncoder as SamPromptEncoder
 
 from dociq.models.prompt_encoder import (
-    PROMPT_ENCODER_SIZES,
     QUESTION_TOWER_CONFIGS,
     PromptEncoder,
     QuestionEncoder,
     build_prompt_encoder,
     load_sam_prompt_encoder_state_dict,
 )
+from dociq.models.sizes import part_config
 
-TINY = PROMPT_ENCODER_SIZES["tiny"]
+TINY = part_config("tiny", "prompt_encoder")
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_bad_prompt_inputs_raise_clear_errors(sam_and_ours):
 def test_named_sizes():
     base = build_prompt_encoder("base", question_model=None)
     assert base.embed_dim == 256 and base.image_embedding_size == (64, 64) and base.mask_input_size == (256, 256)
-    assert PROMPT_ENCODER_SIZES["base"]["question_model"] == "ViT-B-16"
+    assert part_config("base", "prompt_encoder")["question_model"] == "ViT-B-16"
     with pytest.raises(KeyError, match="choose one of"):
         PromptEncoder.from_size("large")
     with pytest.raises(TypeError, match="question_tower"):

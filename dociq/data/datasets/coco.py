@@ -39,6 +39,7 @@ from dociq.data.errors import (
 from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
+from dociq.io.rle import encode_rle, rle_string_counts
 
 
 _SKIP_HINT = "or pass on_bad_sample='skip' to drop the page"
@@ -81,37 +82,6 @@ def _xywh_box(value, path, what: str, field: str = "bbox") -> list[float]:
 
 # ---------------------------------------------------------------------------------------------
 # masks and boxes
-
-
-def rle_string_counts(counts: bytes) -> list[int]:
-    """The run lengths of a compressed COCO RLE string (the inverse of pycocotools' rleToString).
-
-    pycocotools decodes runs that sum to less than H*W without complaint and leaves the rest of the
-    mask as uninitialised memory, so the reader checks the sum itself."""
-    runs: list[int] = []
-    p = 0
-    while p < len(counts):
-        x, k, more = 0, 0, True
-        while more:
-            if p >= len(counts):
-                raise ValueError("the string ends inside a run length")
-            c = counts[p] - 48
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            p += 1
-            k += 1
-            if not more and c & 0x10:
-                x |= -1 << (5 * k)
-        if len(runs) > 2:
-            x += runs[-2]
-        runs.append(x)
-    return runs
-
-
-def encode_mask(mask: np.ndarray) -> dict:
-    """bool [H, W] -> compressed COCO RLE with a str `counts` (JSON-safe)."""
-    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
 def decode_segmentation(segm: Any, size: tuple[int, int], where: str, path: Path,
@@ -678,7 +648,7 @@ def write_coco(pages: Iterable[Page], out_dir: str | Path) -> Path:
             annotations.append({
                 "id": first_ann + r_index, "image_id": image_id, "category_id": cat,
                 "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(region.mask.sum()), "iscrowd": 0,
-                "segmentation": encode_mask(region.mask),
+                "segmentation": encode_rle(region.mask),
                 "text": region.text, "word_ids": [int(j) for j in region.word_ids],
             })
         images.append({
@@ -687,7 +657,7 @@ def write_coco(pages: Iterable[Page], out_dir: str | Path) -> Path:
             "words": [{"text": t, "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]}
                       for t, b in zip(page.words, np.asarray(page.word_boxes, np.float64))],
             "questions": [{"text": q.text, "kind": q.kind, "region_ids": [int(i) for i in q.region_ids],
-                           "segmentation": encode_mask(q.mask)} for q in page.questions],
+                           "segmentation": encode_rle(q.mask)} for q in page.questions],
             "links": [[int(a), int(b)] for a, b in page.links],
             "meta": _json_safe(page.meta),
         })

@@ -6,7 +6,7 @@ that optimizer and returns an LR scheduler stepped every optimizer step.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable
 
 import lightning as L
 import torch
@@ -38,7 +38,3 @@ class DociqTask(L.LightningModule):
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def count_parameters(params: Iterable[torch.nn.Parameter]) -> int:
-    return sum(p.numel() for p in params)

@@ -1,7 +1,8 @@
 """Exponential moving average of an online network into a target network (I-JEPA, D-JEPA).
 
 target <- m * target + (1 - m) * online, with m rising linearly from `start` to `end` over the
-run (I-JEPA: 0.996 -> 1.0), so the target freezes as training ends.
+run (I-JEPA: 0.996 -> 1.0), so the target freezes as training ends. `task_momentum` is that
+schedule for a task in a Lightning run (stage=ijepa and stage=pretrain use it).
 """
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ def momentum_schedule(step: int, total_steps: int, start: float = 0.996, end: fl
         raise ValueError(f"momentum_schedule needs total_steps > 0, got {total_steps}: set trainer.max_steps")
     progress = min(max(step, 0) / total_steps, 1.0)
     return start + (end - start) * progress
+
+
+def task_momentum(task, start: float, end: float) -> float:
+    """`momentum_schedule` at `task`'s (a LightningModule's) optimizer step, over the optimizer
+    steps of its run: Lightning's `estimated_stepping_batches`, i.e. `trainer.max_steps`, or the
+    steps of `trainer.max_epochs` epochs when those end the run first. A task outside a Trainer
+    (e.g. a test calling `optimizer_step` itself) is at step 0."""
+    try:
+        trainer = task.trainer
+    except RuntimeError:   # not attached to a Trainer: Lightning has no public "is attached" check
+        return momentum_schedule(0, 1, start, end)
+    total = trainer.estimated_stepping_batches
+    if not total or total == float("inf"):
+        raise ValueError("the EMA momentum schedule needs a finite run: set trainer.max_steps")
+    return momentum_schedule(trainer.global_step, int(total), start, end)
 
 
 @torch.no_grad()

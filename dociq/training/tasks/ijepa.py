@@ -10,7 +10,8 @@ blocks `tgt_idx` [B,M,Nt], with no target unit in the context:
 - the predictor gets the context tokens and one mask token per target unit, per block;
 - loss = smooth-L1(prediction, target), averaged over blocks, units and channels.
 
-The EMA momentum rises linearly `ema[0]` -> `ema[1]` over `trainer.max_steps`. The checkpoint
+The EMA momentum rises linearly `ema[0]` -> `ema[1]` over the run's optimizer steps
+(`trainer.max_steps`; `ema.task_momentum`, as stage=pretrain). The checkpoint
 holds `image_encoder.*` (the online encoder), which later stages load with
 `init.image_encoder=PATH`, and `target_encoder.*`, so resuming restores the target too.
 """
@@ -22,11 +23,12 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from dociq.io.checkpoint import model_state_dict, read_checkpoint
 from dociq.models.image_encoder import ImageEncoder
 from dociq.models.jepa_predictor import JEPAPredictor
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
-from dociq.training.tasks.ema import ema_update, make_ema_target, momentum_schedule
+from dociq.training.tasks.ema import ema_update, make_ema_target, task_momentum
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +109,8 @@ class IJEPATask(DociqTask):
 
     def _load_predictor(self, path: str) -> None:
         """init.from: also take the predictor when the checkpoint is an ijepa run of the same size."""
-        from dociq.io.checkpoint import read_checkpoint
-
         state = read_checkpoint(path, option="init.from").get("state_dict", {})
-        weights = {k[len("predictor."):]: v for k, v in state.items() if k.startswith("predictor.")}
+        weights = model_state_dict(state, "predictor.")
         own = self.predictor.state_dict()
         if weights and all(k in weights and weights[k].shape == v.shape for k, v in own.items()):
             self.predictor.load_state_dict(weights)
@@ -181,12 +181,7 @@ class IJEPATask(DociqTask):
         return out["loss"]
 
     def momentum(self) -> float:
-        total = self.trainer.max_steps
-        if total is None or total <= 0:  # an epoch-bounded run: Lightning's own step estimate
-            total = self.trainer.estimated_stepping_batches
-        if not total or total == float("inf"):
-            raise ValueError("the EMA momentum schedule needs a finite run: set trainer.max_steps")
-        return momentum_schedule(self.global_step, int(total), self.ema_start, self.ema_end)
+        return task_momentum(self, self.ema_start, self.ema_end)
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         # Once per optimizer step (not per accumulated micro-batch), after the online update.

@@ -23,11 +23,13 @@ linearly `ema.start` -> `ema.end` over the run; it is part of the checkpoint, so
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 
+from dociq.io.checkpoint import model_state_dict, read_checkpoint
 from dociq.models.document_model import DocumentModel
 from dociq.models.heads import FeatureHead, PixelHead, normalise_units, patchify
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
@@ -35,7 +37,8 @@ from dociq.models.jepa_predictor import JEPAPredictor
 from dociq.models.text_encoder import MLMHead, load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
-from dociq.training.tasks.ema import ema_update, make_ema_target, momentum_schedule
+from dociq.training.tasks.ema import ema_update, make_ema_target, task_momentum
+from dociq.training.tasks.init_weights import load_part
 
 log = logging.getLogger(__name__)
 
@@ -95,32 +98,18 @@ class PretrainTask(DociqTask):
         unknown = set(init) - {"image_encoder", "text_encoder", "from"}
         if unknown:
             raise KeyError(f"unknown init key(s) {sorted(unknown)}; allowed: image_encoder, text_encoder, from")
+        self.init_report: dict[str, dict[str, list[str]]] = {}
         if init.get("from"):
-            self._load_part("model", self.model, state_under(init["from"], "model."), init["from"])
+            self.init_report["model"] = load_part(self.model, state_under(init["from"], "model."),
+                                                  "model", init["from"])
         if init.get("image_encoder"):
-            self._load_part("image encoder", self.model.image_encoder,
-                            _image_encoder_state(init["image_encoder"]), init["image_encoder"])
+            self.init_report["image encoder"] = load_part(
+                self.model.image_encoder, _image_encoder_state(init["image_encoder"]),
+                "image encoder", init["image_encoder"])
         if init.get("text_encoder"):
-            self._load_part("text encoder", self.model.text_encoder,
-                            load_text_encoder_from_checkpoint(init["text_encoder"]), init["text_encoder"])
-
-    def _load_part(self, what: str, module: torch.nn.Module, state: dict, path: str) -> None:
-        result = module.load_state_dict(state, strict=False)
-        self.init_report = getattr(self, "init_report", {})
-        self.init_report[what] = {"missing": list(result.missing_keys),
-                                  "unexpected": list(result.unexpected_keys)}
-        loaded = len(state) - len(result.unexpected_keys)
-        msg = (f"init {what} from {path}: {loaded} tensors loaded, "
-               f"{len(result.missing_keys)} missing, {len(result.unexpected_keys)} unexpected")
-        if result.missing_keys:
-            msg += f"\n  missing: {', '.join(result.missing_keys)}"
-        if result.unexpected_keys:
-            msg += f"\n  unexpected: {', '.join(result.unexpected_keys)}"
-        if loaded == 0:
-            raise KeyError(f"{msg}\nnothing in {path} fits the {what}: check model.size against "
-                           "the checkpoint's stage and size")
-        (log.warning if result.missing_keys or result.unexpected_keys else log.info)(msg)
-        print(msg)
+            self.init_report["text encoder"] = load_part(
+                self.model.text_encoder, load_text_encoder_from_checkpoint(init["text_encoder"]),
+                "text encoder", init["text_encoder"])
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -226,10 +215,7 @@ class PretrainTask(DociqTask):
         return out["loss"]
 
     def _momentum(self) -> float:
-        total = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
-        if not total or total == float("inf"):
-            raise ValueError("the EMA momentum schedule needs a finite run: set trainer.max_steps")
-        return momentum_schedule(self.global_step, int(total), self.ema_start, self.ema_end)
+        return task_momentum(self, self.ema_start, self.ema_end)
 
     def optimizer_step(self, *args, **kwargs) -> None:
         # Once per optimizer step (not per micro-batch under gradient accumulation): the target
@@ -258,14 +244,10 @@ def _image_encoder_state(path: str) -> dict[str, torch.Tensor]:
 
 def state_under(path: str, prefix: str) -> dict[str, torch.Tensor]:
     """The tensors under `prefix` in a Lightning checkpoint (or plain state dict) at `path`."""
-    from pathlib import Path
-
     if not Path(path).exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.from)")
-    from dociq.io.checkpoint import read_checkpoint
-
     ckpt = read_checkpoint(path, option="init.from")
     state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a Lightning checkpoint or state dict (init.from)")
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix) and torch.is_tensor(v)}
+    return model_state_dict(state, prefix, tensors_only=True)

@@ -22,12 +22,4 @@ def resolve_stage(name: str) -> type:
         raise KeyError(f"unknown stage '{name}'; choose one of: {', '.join(sorted(STAGES))} "
                        "(e.g. `python train.py stage=pretrain`)")
     module_name, _, class_name = STAGES[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name:
-            raise
-        raise NotImplementedError(
-            f"stage '{name}' is registered but not built yet ({module_name} does not exist)"
-        ) from err
-    return getattr(module, class_name)
+    return getattr(importlib.import_module(module_name), class_name)

@@ -28,12 +28,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dociq.io.checkpoint import model_state_dict, read_checkpoint
 from dociq.models.grounding import Grounding
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.prompt_encoder import (BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_POINT,
@@ -41,6 +43,7 @@ from dociq.models.prompt_encoder import (BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_P
 from dociq.models.segmenter import SegmentationModel, choose_outputs, remove_ocr_words
 from dociq.models.text_encoder import load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
+from dociq.training.tasks.init_weights import load_part
 from dociq.training.tasks.segment_losses import (append_points, sample_correction_points,
                                         segmentation_loss, select_mask_prompt)
 from dociq.training.tasks.segment_metrics import SegmentationMetrics
@@ -144,13 +147,16 @@ class SegmentTask(DociqTask):
         if init.get("from"):
             state = _model_state(init["from"])
             self._check_carries_document_model(state, init["from"])
-            self._load_part("model", self.model, state, init["from"], expected_missing=HEAD_PARTS)
+            self.init_report["model"] = load_part(self.model, state, "model", init["from"],
+                                                  expected_missing=HEAD_PARTS)
         if init.get("image_encoder"):
-            self._load_part("image encoder", self.model.image_encoder,
-                            load_image_encoder_from_checkpoint(init["image_encoder"]), init["image_encoder"])
+            self.init_report["image encoder"] = load_part(
+                self.model.image_encoder, load_image_encoder_from_checkpoint(init["image_encoder"]),
+                "image encoder", init["image_encoder"], expected_missing=())
         if init.get("text_encoder"):
-            self._load_part("text encoder", self.model.text_encoder,
-                            load_text_encoder_from_checkpoint(init["text_encoder"]), init["text_encoder"])
+            self.init_report["text encoder"] = load_part(
+                self.model.text_encoder, load_text_encoder_from_checkpoint(init["text_encoder"]),
+                "text encoder", init["text_encoder"], expected_missing=())
 
     @staticmethod
     def _check_carries_document_model(state: Mapping[str, Tensor], path: str) -> None:
@@ -164,34 +170,6 @@ class SegmentTask(DociqTask):
             options = " or ".join(hint[p] for p in present if p in hint) or "init.image_encoder / init.text_encoder"
             raise ValueError(f"init.from={path} holds {', '.join(present)} but no {', '.join(absent)}: it is not "
                              f"a stage=pretrain or stage=finetune checkpoint. Load its parts with {options}")
-
-    def _load_part(self, what: str, module: nn.Module, state: dict, path: str,
-                   expected_missing: Sequence[str] = ()) -> None:
-        try:
-            result = module.load_state_dict(state, strict=False)
-        except RuntimeError as err:   # shape mismatches
-            raise ValueError(f"init {what} from {path}: tensors do not fit ({err}); the checkpoint was "
-                             "trained with another model size: set model=<its size>") from err
-        missing = list(result.missing_keys)
-        new_parts = [k for k in missing if k.split(".")[0] in expected_missing]
-        missing = [k for k in missing if k not in new_parts]
-        unexpected = list(result.unexpected_keys)
-        self.init_report[what] = {"missing": missing, "unexpected": unexpected, "new": new_parts}
-        loaded = len(state) - len(unexpected)
-        msg = (f"init {what} from {path}: {loaded} tensors loaded, {len(missing)} missing, "
-               f"{len(unexpected)} unexpected")
-        if new_parts:
-            parts = sorted({k.split('.')[0] for k in new_parts})
-            msg += f", {len(new_parts)} new (fine-tuning parts {', '.join(parts)} start from scratch)"
-        if missing:
-            msg += f"\n  missing: {', '.join(missing)}"
-        if unexpected:
-            msg += f"\n  unexpected: {', '.join(unexpected)}"
-        if loaded == 0:
-            raise KeyError(f"{msg}\nnothing in {path} fits the {what}: check model.size against "
-                           "the checkpoint's stage and size")
-        (log.warning if missing or unexpected else log.info)(msg)
-        print(msg)   # also visible when logging is not configured (compose() outside Hydra)
 
     # ---- prompts -----------------------------------------------------------------------------
 
@@ -390,13 +368,9 @@ def word_relevance_loss(grounding: Grounding, targets: Tensor, prompts: Tensor) 
 # ---- checkpoint reading ------------------------------------------------------------------------
 
 def _read_state(path: str) -> dict[str, Tensor]:
-    from pathlib import Path
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist (init.from): give a .ckpt of "
                                 "stage=pretrain or stage=finetune")
-    from dociq.io.checkpoint import read_checkpoint
-
     ckpt = read_checkpoint(path, option="init.from")
     state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
@@ -408,7 +382,7 @@ def _model_state(path: str) -> dict[str, Tensor]:
     """`model.*` tensors of a pretrain/finetune checkpoint (prefix stripped); a plain state dict
     of a DocumentModel / SegmentationModel is taken as is."""
     state = _read_state(path)
-    prefixed = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.") and torch.is_tensor(v)}
+    prefixed = model_state_dict(state, "model.", tensors_only=True)
     if prefixed:
         return prefixed
     return {k: v for k, v in state.items() if torch.is_tensor(v)}

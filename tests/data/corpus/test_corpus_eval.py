@@ -10,7 +10,8 @@ from corpus_testdata import build
 from dociq.data.collate import DocumentCollator
 from dociq.data.schema import Page, Question, Region
 from dociq.data.tokenize import QuestionTokenizer
-from dociq.evaluation.heldout import heuristic_masks, main
+from dociq.cli.eval import main
+from dociq.evaluation.heldout import heuristic_masks
 
 
 def _page() -> Page:

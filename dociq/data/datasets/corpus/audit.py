@@ -13,6 +13,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.schema import REGION_CLASSES, Page
 
 # one colour per class, fixed so audits from different builds read alike
@@ -50,8 +51,6 @@ def pick_pages(dataset, pages: int, seed: int = 0) -> list[int]:
 
 def draw_audit(corpus, out_png, pages: int = 50, split: str = "train", seed: int = 0,
                columns: int = 10, thumb: int = 320) -> Path:
-    from dociq.data.datasets.corpus.dataset import CorpusDocuments
-
     dataset = CorpusDocuments(corpus, split=split)
     out_png = Path(out_png)
     page_dir = out_png.with_name(out_png.stem + "_pages")

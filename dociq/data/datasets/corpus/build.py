@@ -19,8 +19,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dociq.data.datasets.corpus.html_print import HtmlPrinter, PrintError, sample_style
 from dociq.data.datasets.corpus.label_document import DocumentResult, LabelSettings, label_pdf
 from dociq.data.datasets.corpus.sources import SourceDocument, SourceError, find_documents, materialize
+from dociq.data.datasets.corpus.store import CorpusWriter
+from dociq.data.ocr import TesseractOCR
 
 log = logging.getLogger("dociq.corpus")
 # pdfminer warns once per malformed font descriptor, thousands of times over a build
@@ -62,8 +65,6 @@ _WORKER: dict = {}
 
 def _printer(timeout_s: float):
     if "printer" not in _WORKER:
-        from dociq.data.datasets.corpus.html_print import HtmlPrinter
-
         from multiprocessing.util import Finalize
 
         printer = HtmlPrinter(timeout_s=timeout_s).__enter__()
@@ -82,8 +83,6 @@ def _close_worker_tools() -> None:
 def _tesseract():
     if "tesseract" not in _WORKER:
         try:
-            from dociq.data.ocr import TesseractOCR
-
             _WORKER["tesseract"] = TesseractOCR()
         except (RuntimeError, ImportError) as err:  # no tesseract: image-only pages are dropped
             log.warning("tesseract unavailable (%s); pages without a text layer are dropped", err)
@@ -100,8 +99,6 @@ def process_document(doc: SourceDocument, split: str, settings: BuildSettings) -
         except (SourceError, ValueError, OSError) as err:
             return DocumentResult(status="bad", reason=f"unreadable_source: {str(err)[:200]}")
         if doc.kind in ("html", "mallard"):
-            from dociq.data.datasets.corpus.html_print import PrintError, sample_style
-
             pdf = work / "printed.pdf"
             try:
                 style = sample_style(_style_seed(doc.doc_id, settings.seed))
@@ -134,8 +131,6 @@ def _reason_key(reason: str | None) -> str:
 def build_corpus(src_dir, out_dir, settings: BuildSettings | None = None, workers: int = 2,
                  progress=print) -> dict:
     """Build (or resume) the corpus of `src_dir` in `out_dir`; returns the summary of corpus.json."""
-    from dociq.data.datasets.corpus.store import CorpusWriter
-
     settings = settings or BuildSettings()
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     if not src_dir.is_dir():

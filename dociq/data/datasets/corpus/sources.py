@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dociq.data.datasets.corpus.mallard import mallard_to_html
 from dociq.data.image_io import atomic_write_bytes
 
 # package -> the kind of documents it ships
@@ -328,7 +329,5 @@ def materialize(doc: SourceDocument, work_dir) -> Path:
     if doc.path.name.lower().endswith(".gz"):
         return _gunzip(doc, work_dir)
     if doc.kind == "mallard":
-        from dociq.data.datasets.corpus.mallard import mallard_to_html
-
         return mallard_to_html(doc.path, work_dir / _work_name(doc, ".html"))
     return doc.path

@@ -1,0 +1,109 @@
+"""`dociq eval CKPT [CKPT ...]`: held-out mIoU of fine-tuned checkpoints per question kind and
+prompt set, on synthetic pages, a corpus split or a COCO layout set (with COCO mAP); what is scored
+and how: dociq.evaluation.heldout. A user's mistake (a missing checkpoint or corpus) is one line on
+stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from dociq.cli import report_errors
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.evaluation import heldout
+from dociq.evaluation.heldout import (PROMPT_SETS, VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
+                                      load_task)
+from dociq.inference.predictor import load_predictor
+
+
+def _category_map(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--category-map {item!r}: write model_class=coco_category, e.g. figure=Picture")
+        model_name, coco_name = item.split("=", 1)
+        out[model_name.strip()] = coco_name.strip()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dociq eval", description=heldout.__doc__.split("\n\n")[0])
+    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("--data", choices=("synthetic", "corpus", "coco"), default="synthetic",
+                   help="synthetic held-out pages (default), a real corpus's held-out split (--corpus), "
+                        "or a COCO layout set (--annotations)")
+    p.add_argument("--pages", type=int, default=None,
+                   help="pages to evaluate (default: 128 synthetic, all of a corpus split)")
+    p.add_argument("--seed", type=int, default=VAL_SEED, help="synthetic data seed of the held-out pages")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-questions", type=int, default=8)
+    p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
+    corpus = p.add_argument_group("--data corpus")
+    corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
+    corpus.add_argument("--split", default="val", help="its split (val: documents no training page comes from; "
+                        "'all' for every page, e.g. of packages no training page comes from)")
+    corpus.add_argument("--packages", nargs="+", default=None, help="only these source packages")
+    coco = p.add_argument_group("--data coco")
+    coco.add_argument("--annotations", help="the COCO annotation JSON")
+    coco.add_argument("--image-dir", help="where its file_names live (default: images/ beside it, or its folder)")
+    coco.add_argument("--max-pages", type=int, default=None, help="evaluate the first N pages only")
+    coco.add_argument("--ocr", default="groundtruth", help="words: groundtruth (the file's), tesseract or pdf")
+    coco.add_argument("--category-map", nargs="+", default=[], metavar="MODEL=COCO",
+                      help="extra class name pairs, e.g. figure=Picture paragraph=Text")
+    coco.add_argument("--points-per-side", type=int, default=16)
+    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines class_boxes "
+                      "(default: all three)")
+    coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
+    coco.add_argument("--stability-score-thresh", type=float, default=0.8)
+    p.add_argument("--heuristics", action="store_true",
+                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
+    p.add_argument("--snap", action="store_true",
+                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap) "
+                        "and, for questions, painted from the word grounding's relevant words (<set>_words)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, help="write the results here")
+    return p
+
+
+def run(args) -> int:
+    results = {}
+    for path in args.checkpoints:
+        if args.data == "coco":
+            results[path] = evaluate_coco(
+                load_predictor(path), args.annotations, args.image_dir, args.max_pages, args.ocr,
+                _category_map(args.category_map), points_per_side=args.points_per_side,
+                **({"seeds": args.seeds} if args.seeds else {}),
+                pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
+            continue
+        task = load_task(path)
+        data = None
+        if args.data == "corpus":
+            data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                                   packages=args.packages)
+        results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
+                                 data=data, heuristics=args.heuristics, snap=args.snap)
+    print(format_coco_table(results) if args.data == "coco" else format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"results written to {args.json}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`dociq eval ...`: 0 when done, 2 on a user's mistake (one line on stderr)."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.data == "coco" and not args.annotations:
+        p.error("--data coco needs --annotations <the COCO JSON>")
+    return report_errors("eval", lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

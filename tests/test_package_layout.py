@@ -1,0 +1,182 @@
+"""The package's layout rules, read from its own imports with `ast` (docs/design.md, "Layout").
+
+- no import circles between dociq modules (module-level imports);
+- imports point down the layers: `io` < `data` < `models` < `training`, `inference` < `evaluation`,
+  `engine` < `cli` (FORBIDDEN lists what each layer must not import);
+- only `training` (and the optimizer's Lightning strategy) imports Lightning;
+- no function longer than ~80 lines;
+- a function-level import of a dociq module says why it is deferred (`# deferred: ...`).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dociq"
+# layer -> the layers it must not import (the rest of dociq it may)
+FORBIDDEN = {
+    "dociq.io": ("dociq.data", "dociq.models", "dociq.optim", "dociq.training", "dociq.inference",
+                 "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.data": ("dociq.models", "dociq.optim", "dociq.training", "dociq.inference", "dociq.evaluation",
+                   "dociq.engine", "dociq.cli"),
+    "dociq.models": ("dociq.optim", "dociq.training", "dociq.inference", "dociq.evaluation", "dociq.engine",
+                     "dociq.cli"),
+    "dociq.optim": ("dociq.data", "dociq.models", "dociq.training", "dociq.inference", "dociq.evaluation",
+                    "dociq.engine", "dociq.cli"),
+    "dociq.training": ("dociq.inference", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.inference": ("dociq.training", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.evaluation": ("dociq.engine", "dociq.cli"),
+    "dociq.engine": ("dociq.training", "dociq.cli"),
+}
+LIGHTNING_ALLOWED = ("dociq.training", "dociq.optim.strategy", "dociq.optim.comm_hook")
+MAX_FUNCTION_LINES = 80
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in MODULES.items()}
+
+
+def owning_module(dotted: str) -> str | None:
+    """The dociq module a dotted import name lands in (`dociq.a.b.Name` -> `dociq.a.b`)."""
+    while dotted and dotted not in MODULES:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def imports(name: str, tree: ast.Module):
+    """(imported dotted name, node, inside a function?) for every import in a module."""
+    def walk(node: ast.AST, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield alias.name, child, in_function
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                names = [f"{child.module}.{alias.name}" for alias in child.names]
+                # `from pkg import submodule` imports the submodule (the package's __init__ runs
+                # first whatever the form, so it is not an edge of this module)
+                if not all(name in MODULES for name in names):
+                    yield child.module, child, in_function
+                for name in names:
+                    yield name, child, in_function
+            yield from walk(child, nested)
+    yield from walk(tree, False)
+
+
+def dociq_edges(top_level_only: bool = True) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, tree in TREES.items():
+        for dotted, _, in_function in imports(name, tree):
+            if in_function and top_level_only:
+                continue
+            target = owning_module(dotted) if dotted.startswith("dociq") else None
+            # a package's __init__ is where its submodules' names live: importing dociq.x.y
+            # also runs dociq.x, but that is Python's doing, not an edge of this module
+            if target and target != name and target != "dociq":
+                edges[name].add(target)
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def in_layer(name: str, layers: tuple[str, ...]) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in layers)
+
+
+def test_the_rules_see_the_whole_package():
+    assert {"dociq.inference.predictor", "dociq.training.train", "dociq.io.checkpoint"} <= set(MODULES)
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circles_between_dociq_modules():
+    cycle = find_cycle(dociq_edges(top_level_only=False))
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_imports_point_down_the_layers(layer):
+    offending = sorted(f"{name} imports {target}"
+                       for name, targets in dociq_edges(top_level_only=False).items() if in_layer(name, (layer,))
+                       for target in targets if in_layer(target, FORBIDDEN[layer]))
+    assert not offending, "\n".join(offending)
+
+
+def test_only_training_imports_lightning():
+    offending = sorted({f"{name}: {dotted}" for name, tree in TREES.items()
+                        for dotted, _, _ in imports(name, tree)
+                        if dotted.split(".")[0] in ("lightning", "pytorch_lightning")
+                        and not in_layer(name, LIGHTNING_ALLOWED)
+                        and name != "dociq.io.checkpoint"})   # its AtomicCheckpointIO is built on first use
+    assert not offending, "\n".join(offending)
+
+
+def test_no_function_longer_than_the_limit():
+    long = sorted(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+                  for name, tree in TREES.items() for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES)
+    assert not long, "\n".join(long)
+
+
+def test_function_level_imports_of_dociq_say_why():
+    unexplained = []
+    for name, tree in TREES.items():
+        lines = MODULES[name].read_text().splitlines()
+        seen = set()
+        for dotted, node, in_function in imports(name, tree):
+            if not in_function or not dotted.startswith("dociq") or id(node) in seen:
+                continue
+            seen.add(id(node))
+            above = lines[node.lineno - 2].strip() if node.lineno >= 2 else ""
+            if "deferred:" not in above and "deferred:" not in lines[node.lineno - 1]:
+                unexplained.append(f"{MODULES[name].relative_to(PACKAGE.parent)}:{node.lineno}: {dotted}")
+    assert not unexplained, "function-level imports without a `# deferred: <reason>` comment:\n" + \
+        "\n".join(unexplained)
+
+
+def test_old_import_paths_still_work_and_warn():
+    import importlib
+    import warnings
+
+    import dociq
+    from dociq import _moved
+
+    for old, new in [("dociq.predict", "dociq.inference.predictor"), ("dociq.tasks.segment", "dociq.training.tasks.segment")]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import sys
+            sys.modules.pop(old, None)
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new)
+        assert module.__spec__.name == new
+        assert any(new in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert dociq.Predictor is importlib.import_module("dociq.inference.predictor").Predictor
+    assert all(owning_module(target) == target for target in _moved.MOVED.values()), "an alias points nowhere"
