@@ -92,6 +92,11 @@ class SNGDDDPStrategy(_RequiresSNGD, DDPStrategy):
         strategy_registry.register("sngd_ddp_spawn", cls, start_method="spawn",
                                    description="sngd_ddp started with torch.multiprocessing spawn",
                                    override=True)
+        for name, start_method in (("sngd_ddp", "popen"), ("sngd_ddp_spawn", "spawn")):
+            strategy_registry.register(f"{name}_find_unused_parameters_true", cls, start_method=start_method,
+                                       find_unused_parameters=True,
+                                       description=f"{name} for models with parameters unused on some steps",
+                                       override=True)
 
 
 def register() -> None:
@@ -120,6 +125,20 @@ def resolve_strategy(trainer_strategy: Optional[str], optim_strategy: Optional[s
     raise ValueError(f"trainer.strategy={trainer_strategy!r} cannot run SubspaceNGD: use "
                      "trainer.strategy=auto (one device) or ddp (trainer=ddp_cpu), or pick "
                      "another optimizer with optim=adamw.")
+
+
+def allowing_unused_parameters(strategy: Optional[str]) -> Optional[str]:
+    """The DDP strategy's variant that tolerates parameters without a gradient on a step
+    (`<name>_find_unused_parameters_true`); a single-device strategy is returned as it is."""
+    if not isinstance(strategy, str) or "ddp" not in strategy:
+        return strategy
+    base = strategy.removesuffix("_find_unused_parameters_false").removesuffix("_find_unused_parameters_true")
+    variant = f"{base}_find_unused_parameters_true"
+    if variant not in StrategyRegistry:
+        raise ValueError(f"trainer.strategy={strategy!r} has no find_unused_parameters variant, and this "
+                         "stage leaves some parameters without a gradient on some steps: use trainer=ddp_cpu "
+                         "(strategy: ddp) or ddp_spawn")
+    return variant
 
 
 register()

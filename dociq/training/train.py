@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from dociq.optim.strategy import resolve_strategy  # importing it registers dociq's strategies with Lightning
+from dociq.optim.strategy import allowing_unused_parameters, resolve_strategy  # registers dociq's strategies
 from dociq.training.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.training.config import CONFIG_DIR, register_resolvers
 from dociq.training.config_checks import check_config
@@ -107,12 +107,14 @@ def resume_kwargs(target: str, resume: dict) -> dict:
 
 def build_strategy(cfg: DictConfig):
     """The Lightning strategy: the trainer's, adapted to what the optimizer wants (e.g. SubspaceNGD's
-    projected-gradient DDP hook)."""
+    projected-gradient DDP hook) and to a stage whose steps may leave parameters without a gradient."""
     trainer_strategy = cfg.trainer.get("strategy", "auto")
     optim_strategy = cfg.optim.get("strategy")
-    if optim_strategy is None:
-        return trainer_strategy
-    return resolve_strategy(trainer_strategy, optim_strategy, cfg.trainer.get("devices"))
+    strategy = (trainer_strategy if optim_strategy is None
+                else resolve_strategy(trainer_strategy, optim_strategy, cfg.trainer.get("devices")))
+    if (cfg.get("stage") or {}).get("unused_parameters"):
+        strategy = allowing_unused_parameters(strategy)
+    return strategy
 
 
 def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:

@@ -8,7 +8,8 @@ import torch
 from lightning.pytorch.strategies import StrategyRegistry
 
 from dociq.optim import factory
-from dociq.optim.strategy import SNGDDDPStrategy, SNGDSingleDeviceStrategy, resolve_strategy
+from dociq.optim.strategy import (SNGDDDPStrategy, SNGDSingleDeviceStrategy, allowing_unused_parameters,
+                                  resolve_strategy)
 from dociq.training.tasks.base import DociqTask
 
 
@@ -110,3 +111,27 @@ def test_resolve_strategy_errors_name_the_key():
         resolve_strategy("auto", "muon")
     with pytest.raises(ValueError, match="trainer.strategy='fsdp'"):
         resolve_strategy("fsdp", "sngd")
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ("ddp", "ddp_find_unused_parameters_true"), ("ddp_spawn", "ddp_spawn_find_unused_parameters_true"),
+    ("ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true"),
+    ("sngd_ddp", "sngd_ddp_find_unused_parameters_true"), ("auto", "auto"), ("sngd", "sngd"), (None, None)])
+def test_a_stage_with_unused_parameters_gets_the_tolerant_ddp_variant(strategy, expected):
+    assert allowing_unused_parameters(strategy) == expected
+    if expected and "ddp" in expected:
+        built = StrategyRegistry.get(expected)
+        assert built._ddp_kwargs.get("find_unused_parameters") is True
+    with pytest.raises(ValueError, match="trainer.strategy='ddp_weird'"):
+        allowing_unused_parameters("ddp_weird")
+
+
+def test_finetune_under_ddp_asks_for_the_tolerant_variant():
+    from dociq.training.config import compose
+    from dociq.training.train import build_strategy
+
+    assert build_strategy(compose(["stage=finetune", "trainer=ddp_cpu"])) == "ddp_find_unused_parameters_true"
+    assert build_strategy(compose(["stage=finetune", "trainer=ddp_cpu", "optim=sngd"])) == \
+        "sngd_ddp_find_unused_parameters_true"
+    assert build_strategy(compose(["stage=pretrain", "trainer=ddp_cpu"])) == "ddp"
+    assert build_strategy(compose(["stage=finetune"])) == "auto"
