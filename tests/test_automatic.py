@@ -10,7 +10,7 @@ from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
 from dociq.cli.segment_page import main
-from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Region, assign_categories,
+from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, SegmentedRegion, assign_categories,
                              grid_points, group_lines, line_points, mask_boxes, mask_iou_matrix, nms,
                              remove_small_regions,
                              stability_score, to_coco_results)
@@ -96,7 +96,7 @@ def _rect_mask(size, x0, y0, x1, y1):
 def _region(mask, category="region", score=0.9):
     ys, xs = np.nonzero(mask)
     box = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
-    return Region(mask=mask, box=box, score=score, stability=0.95, category=category)
+    return SegmentedRegion(mask=mask, box=box, score=score, stability=0.95, category=category)
 
 
 def test_regions_take_the_class_of_the_answer_part_they_match():

@@ -87,7 +87,7 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
     image ids, class names -> category ids, RLE results, COCOeval - must give AP 1 and count the drop."""
     import numpy as np
 
-    from dociq.inference.automatic import PageSegmenter, Region
+    from dociq.inference.automatic import PageSegmenter, SegmentedRegion
     from dociq.data.datasets.coco import CocoDocuments
     from dociq.evaluation.heldout import evaluate_coco
     from dociq.inference.predictor import Predictor
@@ -97,9 +97,9 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
     def oracle(self, image, words=None, word_boxes=None, ocr=None):
         self.predictor.set_image(image, words=words, word_boxes=word_boxes)
         page = next(p for p in pages if np.array_equal(p.image, image))
-        regions = [Region(mask=r.mask, box=r.box, score=1.0, stability=1.0, category=r.label, category_score=1.0)
+        regions = [SegmentedRegion(mask=r.mask, box=r.box, score=1.0, stability=1.0, category=r.label, category_score=1.0)
                    for r in page.regions]
-        return regions + [Region(mask=page.regions[0].mask, box=page.regions[0].box, score=0.5, stability=1.0)]
+        return regions + [SegmentedRegion(mask=page.regions[0].mask, box=page.regions[0].box, score=0.5, stability=1.0)]
 
     monkeypatch.setattr(PageSegmenter, "segment", oracle)
     r = evaluate_coco(Predictor.from_checkpoint(checkpoint), coco_set)

@@ -8,7 +8,7 @@ A round
      `heldout` pages) as COCO JSON (`dociq.engine.coco_export.export_coco`);
   2. fine-tunes FROM the current checkpoint (`store.checkpoint()`, else `base_checkpoint`) with
      `python train.py stage=finetune init.from=<ckpt>` in a subprocess, on the user's pages MIXED
-     with synthetic pages (`MixedDocuments`): a few hundred pages of one user's documents alone
+     with synthetic pages (`UserPagesWithSynthetic`): a few hundred pages of one user's documents alone
      would make the model forget the rest of its training distribution. The run's Hydra config
      groups (data, model, callbacks) are written to `<round dir>/conf/` and passed with
      `--config-dir`; the model group is the checkpoint's own model config, so any model size works;
@@ -66,7 +66,7 @@ class RoundFailedError(RuntimeError):
 # the training data: the user's pages mixed with synthetic ones
 
 
-class MixedDocuments(Dataset):
+class UserPagesWithSynthetic(Dataset):
     """The user's pages with synthetic pages interleaved, a `synthetic_fraction` share of items.
 
     Item i is synthetic when floor((i + 1) f) > floor(i f) (f = synthetic_fraction): every prefix
@@ -86,7 +86,7 @@ class MixedDocuments(Dataset):
             raise ValueError(f"synthetic_fraction={synthetic_fraction!r}: need 0 <= f < 1 (1 would leave no "
                              "user page); 0 trains on the user's pages only")
         if len(user_set) == 0:
-            raise ValueError("MixedDocuments: user_set is empty: the store exported no accepted annotations "
+            raise ValueError("UserPagesWithSynthetic: user_set is empty: the store exported no accepted annotations "
                              "of the train split. Fix: annotate (accept) masks on train pages first")
         if f > 0 and (synthetic_set is None or len(synthetic_set) == 0):
             raise ValueError(f"synthetic_fraction={f} but synthetic_set is empty: give synthetic pages or "
@@ -179,7 +179,7 @@ class TrainJob:
         return self.work_dir / "conf"
 
     def write_config(self, model_config: dict) -> None:
-        """The run's own Hydra groups: data (MixedDocuments over the export), model (the
+        """The run's own Hydra groups: data (UserPagesWithSynthetic over the export), model (the
         checkpoint's), callbacks (only the last checkpoint: the round evaluates it itself)."""
         conf = self.config_dir
         for group in ("data", "model", "callbacks"):
@@ -187,7 +187,7 @@ class TrainJob:
         data = {
             "_target_": "dociq.training.datamodule.DocumentDataModule",
             "train_set": {
-                "_target_": "dociq.engine.retrain.MixedDocuments",
+                "_target_": "dociq.engine.retrain.UserPagesWithSynthetic",
                 "user_set": {"_target_": "dociq.data.datasets.coco.CocoDocuments", "annotation_file": str(self.train_json),
                              "ocr": "groundtruth", "on_bad_sample": "raise"},
                 "synthetic_set": {"_target_": "dociq.data.synthetic.generator.SyntheticDocuments",

@@ -55,7 +55,7 @@ UNCLASSIFIED = "region"
 
 
 @dataclass
-class Region:
+class SegmentedRegion:
     """One region found on the page."""
     mask: np.ndarray                  # bool [H, W] at the page's size
     box: np.ndarray                   # float32 [4] x0, y0, x1, y1 pixels (x1, y1 exclusive)
@@ -321,7 +321,7 @@ class PageSegmenter:
         return np.concatenate(parts).astype(np.float32), names
 
     @torch.no_grad()
-    def segment(self, image: Any, words=None, word_boxes=None, ocr=None) -> list[Region]:
+    def segment(self, image: Any, words=None, word_boxes=None, ocr=None) -> list[SegmentedRegion]:
         """Regions of the page, best predicted IoU first."""
         self.predictor.set_image(image, words=words, word_boxes=word_boxes, ocr=ocr)   # embedded once
         page = self.predictor.page
@@ -385,7 +385,7 @@ class PageSegmenter:
             found.seeds.append(seed_names[int(owner[i])])
             found.points.append(points[int(owner[i])])
 
-    def _deduplicate(self, found: _Candidates) -> list[Region]:
+    def _deduplicate(self, found: _Candidates) -> list[SegmentedRegion]:
         if not found.rles:
             return []
         boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
@@ -401,12 +401,12 @@ class PageSegmenter:
                     changed = True
             if changed:
                 kept = [kept[j] for j in nms(boxes[kept], scores[kept], self.box_nms_thresh).tolist()]
-        return [Region(mask=masks[i], box=boxes[i].numpy().astype(np.float32),
+        return [SegmentedRegion(mask=masks[i], box=boxes[i].numpy().astype(np.float32),
                        score=float(scores[i].clamp(0.0, 1.0)), stability=float(found.stability[i]), seed=found.seeds[i],
                        point=(float(found.points[i][0]), float(found.points[i][1])))
                 for i in kept]
 
-    def _name_regions(self, regions: list[Region], class_masks: dict[str, np.ndarray]) -> None:
+    def _name_regions(self, regions: list[SegmentedRegion], class_masks: dict[str, np.ndarray]) -> None:
         for region, (name, iou) in zip(regions, assign_categories([r.mask for r in regions], class_masks, self.min_class_iou,
                                                                   self.min_region_area)):
             region.category, region.category_score = name, iou
@@ -419,7 +419,7 @@ def normalise_name(name: str) -> str:
     return "_".join(str(name).lower().replace("-", " ").replace("_", " ").split())
 
 
-def to_coco_results(regions: Iterable[Region], image_id: Any, category_ids: Mapping[str, Any]) -> list[dict]:
+def to_coco_results(regions: Iterable[SegmentedRegion], image_id: Any, category_ids: Mapping[str, Any]) -> list[dict]:
     """COCO result dicts (RLE segmentation with str counts, bbox x, y, w, h, score = predicted IoU)
     for the regions whose class is in `category_ids` (class name -> COCO category id; names match
     case-insensitively, '-' / '_' / ' ' alike); the others are left out."""

@@ -40,7 +40,7 @@ def category_colour(name: str) -> np.ndarray:
 
 
 def draw_overlay(image: np.ndarray, regions: Sequence, alpha: float = 0.4) -> np.ndarray:
-    """uint8 [H, W, 3]: the page with each region (`dociq.inference.automatic.Region`: mask, box,
+    """uint8 [H, W, 3]: the page with each region (`dociq.inference.automatic.SegmentedRegion`: mask, box,
     area, category, score) tinted in its class's colour, its box outlined and labelled "<class>
     <predicted IoU>"; larger regions are painted first so small ones stay visible."""
     order = sorted(range(len(regions)), key=lambda i: -regions[i].area)

@@ -39,7 +39,7 @@ class FusionConfig:
 
 
 
-class Attention(nn.Module):
+class FusionAttention(nn.Module):
     """Multi-head attention, queries from one sequence, keys/values from another (or the same)."""
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0) -> None:
@@ -66,7 +66,7 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(B, Nq, D))
 
 
-def windowed_self_attention(attn: Attention, x: torch.Tensor, key_mask: torch.Tensor | None,
+def windowed_self_attention(attn: FusionAttention, x: torch.Tensor, key_mask: torch.Tensor | None,
                             window: int | None, shift: bool = False) -> torch.Tensor:
     """`attn(x, x, key_mask)` restricted to consecutive windows of `window` tokens.
 
@@ -89,7 +89,7 @@ def windowed_self_attention(attn: Attention, x: torch.Tensor, key_mask: torch.Te
     return out[:, offset:offset + t]
 
 
-class MLP(nn.Sequential):
+class FusionMLP(nn.Sequential):
     def __init__(self, dim: int, ratio: float, dropout: float = 0.0) -> None:
         hidden = int(dim * ratio)
         super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
@@ -104,15 +104,15 @@ class FusionBlock(nn.Module):
         super().__init__()
         self.text_window, self.shift = text_window, shift
         self.norm_img_self, self.norm_txt_self = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.img_self = Attention(dim, num_heads, dropout)
-        self.txt_self = Attention(dim, num_heads, dropout)
+        self.img_self = FusionAttention(dim, num_heads, dropout)
+        self.txt_self = FusionAttention(dim, num_heads, dropout)
         self.norm_img_q, self.norm_img_kv = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.norm_txt_q, self.norm_txt_kv = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.img_to_txt = Attention(dim, num_heads, dropout)   # image queries, text keys
-        self.txt_to_img = Attention(dim, num_heads, dropout)   # text queries, image keys
+        self.img_to_txt = FusionAttention(dim, num_heads, dropout)   # image queries, text keys
+        self.txt_to_img = FusionAttention(dim, num_heads, dropout)   # text queries, image keys
         self.norm_img_mlp, self.norm_txt_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.img_mlp = MLP(dim, mlp_ratio, dropout)
-        self.txt_mlp = MLP(dim, mlp_ratio, dropout)
+        self.img_mlp = FusionMLP(dim, mlp_ratio, dropout)
+        self.txt_mlp = FusionMLP(dim, mlp_ratio, dropout)
 
     def forward(self, img: torch.Tensor, txt: torch.Tensor, txt_mask: torch.Tensor,
                 img_pos: torch.Tensor, txt_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from dociq.data.lexical import NUM_MATCH_CODES
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.common import resolve_size
-from dociq.models.fusion import MLP, Attention, windowed_self_attention
+from dociq.models.fusion import FusionAttention, FusionMLP, windowed_self_attention
 from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
 from dociq.models.prompt_encoder import POSITIVE_POINT as POSITIVE_LABEL
 
@@ -138,9 +138,9 @@ class GroundingBlock(nn.Module):
         super().__init__()
         self.window, self.shift = window, shift
         self.norm_self, self.norm_cross, self.norm_mlp = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.self_attn = Attention(dim, num_heads)
-        self.cross_attn = Attention(dim, num_heads)
-        self.mlp = MLP(dim, mlp_ratio)
+        self.self_attn = FusionAttention(dim, num_heads)
+        self.cross_attn = FusionAttention(dim, num_heads)
+        self.mlp = FusionMLP(dim, mlp_ratio)
 
     def forward(self, x: Tensor, pos: Tensor, key_mask: Tensor, question: Tensor) -> Tensor:
         h = self.norm_self(x) + pos

@@ -8,7 +8,7 @@ import pytest
 
 from dociq.data.schema import Page, Question
 from dociq.data.synthetic.generator import generate_page
-from dociq.engine.retrain import MixedDocuments, RoundFailedError, TrainJob, run_round
+from dociq.engine.retrain import UserPagesWithSynthetic, RoundFailedError, TrainJob, run_round
 from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth, summarise
 from dociq.engine.store import EngineStore
 
@@ -132,7 +132,7 @@ class Labelled:
 
 @pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 0.7])
 def test_mixed_documents_mix_at_the_requested_fraction(fraction):
-    ds = MixedDocuments(Labelled("user", 5), Labelled("syn", 1000), fraction, num_pages=200)
+    ds = UserPagesWithSynthetic(Labelled("user", 5), Labelled("syn", 1000), fraction, num_pages=200)
     items = [ds[i] for i in range(len(ds))]
     assert items == [ds[i] for i in range(len(ds))]                    # deterministic
     synthetic = [name == "syn" for name, _ in items]
@@ -142,17 +142,17 @@ def test_mixed_documents_mix_at_the_requested_fraction(fraction):
     assert user[:10] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4][:len(user[:10])]  # user pages cycle
     syn = [i for name, i in items if name == "syn"]
     assert syn == list(range(len(syn)))                                # fresh synthetic pages
-    default = MixedDocuments(Labelled("user", 6), Labelled("syn", 100), fraction)
+    default = UserPagesWithSynthetic(Labelled("user", 6), Labelled("syn", 100), fraction)
     assert sum(default[i][0] == "user" for i in range(len(default))) >= 6
 
 
 def test_mixed_documents_reject_what_cannot_mix():
     with pytest.raises(ValueError, match="annotate"):
-        MixedDocuments(Labelled("user", 0), Labelled("syn", 10), 0.5)
+        UserPagesWithSynthetic(Labelled("user", 0), Labelled("syn", 10), 0.5)
     with pytest.raises(ValueError, match="synthetic_fraction"):
-        MixedDocuments(Labelled("user", 3), Labelled("syn", 10), 1.0)
+        UserPagesWithSynthetic(Labelled("user", 3), Labelled("syn", 10), 1.0)
     with pytest.raises(ValueError, match="synthetic_set is empty"):
-        MixedDocuments(Labelled("user", 3), None, 0.5)
+        UserPagesWithSynthetic(Labelled("user", 3), None, 0.5)
 
 
 # ---- the round: promotion rule, failures ---------------------------------------------------

@@ -1,7 +1,7 @@
 """Long pages: windowed attention in the text encoder, the fusion trunk and the word grounding."""
 import torch
 
-from dociq.models.fusion import Attention, FusionTrunk, windowed_self_attention
+from dociq.models.fusion import FusionAttention, FusionTrunk, windowed_self_attention
 from dociq.models.text_encoder import TextEncoder
 
 
@@ -13,7 +13,7 @@ def _boxes(b, t, seed=0):
 
 def test_windowed_attention_is_attention_within_each_window():
     torch.manual_seed(0)
-    attn = Attention(16, 2).eval()
+    attn = FusionAttention(16, 2).eval()
     x = torch.randn(2, 10, 16)
     mask = torch.ones(2, 10, dtype=torch.bool)
     mask[1, 7:] = False

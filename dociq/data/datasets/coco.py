@@ -30,11 +30,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 from pycocotools import mask as mask_util
-from torch.utils.data import Dataset
 
+from dociq.data.datasets.guarded import GuardedDocuments
 from dociq.data.errors import (
     BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSample, BadSampleError, BadSamplePolicy,
-    DroppedRegion, check_box_in_page, check_boxes_in_page,
+    check_box_in_page, check_boxes_in_page,
 )
 from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
@@ -214,7 +214,7 @@ def read_annotation_json(path: Path) -> dict:
     return data
 
 
-class CocoDocuments(Dataset):
+class CocoDocuments(GuardedDocuments):
     """Pages of a COCO-format document data set (DocLayNet, PubLayNet, `write_coco` output).
 
     annotation_file:   the COCO JSON.
@@ -352,19 +352,6 @@ class CocoDocuments(Dataset):
     # -- Dataset ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.images)
-
-    def __getitem__(self, index: int) -> Page | None:
-        return self.policy.run(index, lambda: self.load_page(index))
-
-    @property
-    def bad_samples(self) -> list[BadSample]:
-        """Pages skipped so far in this process (each DataLoader worker keeps its own list)."""
-        return self.policy.bad_samples
-
-    @property
-    def dropped_regions(self) -> list[DroppedRegion]:
-        """Zero-area regions dropped so far in this process (each worker keeps its own list)."""
-        return self.policy.dropped_regions
 
     def validate(self) -> list[BadSample]:
         """Load every page once and return the bad ones, without raising (a pre-flight check)."""

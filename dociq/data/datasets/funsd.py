@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Dataset
 
 from dociq.data.datasets.coco import box_mask, words_in_regions
+from dociq.data.datasets.guarded import GuardedDocuments
 from dociq.data.errors import (
-    BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSample, BadSampleError, BadSamplePolicy,
-    DroppedRegion, check_box_in_page,
+    BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSampleError, BadSamplePolicy, check_box_in_page,
 )
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import PdfTextLayer, make_ocr
@@ -41,7 +40,7 @@ def link_question_text(question: str) -> str:
     return f"what is the answer to '{question.strip()}'?"
 
 
-class FunsdDocuments(Dataset):
+class FunsdDocuments(GuardedDocuments):
     """Pages of a FUNSD-format folder.
 
     root:          the folder holding `training_data/` and `testing_data/`.
@@ -89,18 +88,6 @@ class FunsdDocuments(Dataset):
 
     def __len__(self) -> int:
         return len(self.files)
-
-    def __getitem__(self, index: int) -> Page | None:
-        return self.policy.run(index, lambda: self.load_page(index))
-
-    @property
-    def bad_samples(self) -> list[BadSample]:
-        return self.policy.bad_samples
-
-    @property
-    def dropped_regions(self) -> list[DroppedRegion]:
-        """Zero-area entities dropped so far in this process (each worker keeps its own list)."""
-        return self.policy.dropped_regions
 
     def image_path(self, index: int) -> Path:
         stem = self.files[index].stem

@@ -26,6 +26,12 @@ class DociqTask(L.LightningModule):
         """Parameters the optimizer updates (frozen parts and EMA targets excluded)."""
         return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
 
+    def log_losses(self, split: str, out: dict[str, torch.Tensor], batch_size: int) -> None:
+        """Every loss term as `<split>/<name>`: per step in training, per epoch in validation."""
+        for name, value in out.items():
+            self.log(f"{split}/{name}", value.detach(), prog_bar=name == "loss",
+                     on_step=split == "train", on_epoch=split == "val", batch_size=batch_size)
+
     def configure_optimizers(self):
         if self.optimizer_factory is None:
             raise ValueError(

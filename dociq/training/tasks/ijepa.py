@@ -164,20 +164,15 @@ class IJEPATask(DociqTask):
 
     # ---- Lightning hooks ---------------------------------------------------------------------
 
-    def _log_all(self, split: str, out: dict[str, torch.Tensor], batch_size: int) -> None:
-        for name, value in out.items():
-            self.log(f"{split}/{name}", value.detach(), prog_bar=name == "loss",
-                     on_step=split == "train", on_epoch=split == "val", batch_size=batch_size)
-
     def training_step(self, batch, batch_idx):
         out = self.compute_losses(batch)
-        self._log_all("train", out, batch["image"].shape[0])
+        self.log_losses("train", out, batch["image"].shape[0])
         self.log("train/ema_momentum", self.momentum(), on_step=True, batch_size=1)
         return out["loss"]
 
     def validation_step(self, batch, batch_idx):
         out = self.compute_losses(batch)
-        self._log_all("val", out, batch["image"].shape[0])
+        self.log_losses("val", out, batch["image"].shape[0])
         return out["loss"]
 
     def momentum(self) -> float:

@@ -12,7 +12,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from corpus_testdata import DOCUMENTS, add_documents, build, document, expected_pages
-from dociq.data.datasets.corpus.dataset import CorpusDocuments, MixedDocuments
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.mixture import MixedDocuments
 from dociq.data.datasets.corpus.record import record_to_page
 from dociq.data.datasets.corpus.store import CorpusWriter
 from dociq.data.errors import BadSampleError
