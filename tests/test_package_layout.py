@@ -180,3 +180,15 @@ def test_old_import_paths_still_work_and_warn():
         assert any(new in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert dociq.Predictor is importlib.import_module("dociq.inference.predictor").Predictor
     assert all(owning_module(target) == target for target in _moved.MOVED.values()), "an alias points nowhere"
+
+
+def test_the_synthetic_module_that_became_a_package_still_gives_its_names():
+    import warnings
+
+    from dociq.data.synthetic.generator import SyntheticDocuments
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from dociq.data.synthetic import SyntheticDocuments as old
+    assert old is SyntheticDocuments
+    assert any("dociq.data.synthetic.generator.SyntheticDocuments" in str(w.message) for w in caught)
