@@ -91,7 +91,6 @@ class IJEPATask(DociqTask):
         # Copied after init so that the target starts from the same (maybe pretrained) weights.
         self.target_encoder = make_ema_target(self.image_encoder)
         self.target_encoder.eval()
-        self._last_ema_step = -1
 
     def _load_init(self, init: dict[str, Any]) -> None:
         unknown = set(init) - {"image_encoder", "text_encoder", "from"}
@@ -178,8 +177,8 @@ class IJEPATask(DociqTask):
     def momentum(self) -> float:
         return task_momentum(self, self.ema_start, self.ema_end)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        # Once per optimizer step (not per accumulated micro-batch), after the online update.
-        if self.global_step != self._last_ema_step:
-            ema_update(self.target_encoder, self.image_encoder, self.momentum())
-            self._last_ema_step = self.global_step
+    def optimizer_step(self, *args, **kwargs) -> None:
+        # Once per optimizer step (not per micro-batch under gradient accumulation), right after the
+        # online update and before any callback (a step checkpoint) sees the step: as stage=pretrain.
+        super().optimizer_step(*args, **kwargs)
+        ema_update(self.target_encoder, self.image_encoder, self.momentum())
