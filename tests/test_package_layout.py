@@ -133,8 +133,7 @@ def test_only_training_imports_lightning():
     offending = sorted({f"{name}: {dotted}" for name, tree in TREES.items()
                         for dotted, _, _ in imports(name, tree)
                         if dotted.split(".")[0] in ("lightning", "pytorch_lightning")
-                        and not in_layer(name, LIGHTNING_ALLOWED)
-                        and name != "dociq.io.checkpoint"})   # its AtomicCheckpointIO is built on first use
+                        and not in_layer(name, LIGHTNING_ALLOWED)})
     assert not offending, "\n".join(offending)
 
 

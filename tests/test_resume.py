@@ -90,6 +90,7 @@ def _fork_and_kill_during_save(path: Path, obj) -> None:
     """Fork a child that saves `obj` to `path` through train.py's checkpoint IO with a slow disk;
     SIGKILL it once the write has started."""
     from dociq.io import checkpoint as checkpoint_io
+    from dociq.training.checkpoint_io import AtomicCheckpointIO
 
     started = path.parent / "started"
     pid = os.fork()
@@ -105,7 +106,7 @@ def _fork_and_kill_during_save(path: Path, obj) -> None:
 
         checkpoint_io.torch.save = slow_save
         try:
-            checkpoint_io.AtomicCheckpointIO().save_checkpoint(obj, path)
+            AtomicCheckpointIO().save_checkpoint(obj, path)
         finally:
             os._exit(0)
     deadline = time.time() + 30
@@ -117,7 +118,7 @@ def _fork_and_kill_during_save(path: Path, obj) -> None:
 
 
 def test_kill_during_save_leaves_previous_last_ckpt_loadable(tmp_path):
-    from dociq.io.checkpoint import AtomicCheckpointIO
+    from dociq.training.checkpoint_io import AtomicCheckpointIO
 
     last = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"global_step": 5, "w": torch.arange(4.0)}, last)
@@ -129,8 +130,8 @@ def test_kill_during_save_leaves_previous_last_ckpt_loadable(tmp_path):
 
 
 def test_train_py_saves_through_the_atomic_checkpoint_io():
+    from dociq.training.checkpoint_io import AtomicCheckpointIO
     from dociq.training.config import compose
-    from dociq.io.checkpoint import AtomicCheckpointIO
     from dociq.training.train import build_trainer
 
     cfg = compose(SMOKE + ["paths.root_dir=/tmp/unused", "callbacks=none"],

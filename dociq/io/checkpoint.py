@@ -6,8 +6,8 @@ file sits in the same directory.
 
 Reading: `read_checkpoint` is the one `torch.load` of the code base (weights only, on the CPU); a
 file it cannot read raises `CheckpointError` naming the file, what is wrong with it and the fix.
-Lightning is imported only when `AtomicCheckpointIO` is used, so the readers (predict, evaluate,
-the models) stay Lightning-free.
+Nothing here imports Lightning: training's `AtomicCheckpointIO` (dociq/training/checkpoint_io.py)
+plugs `atomic_torch_save` into the Trainer.
 
 Extracting: `model_state_dict` (the `model.*` part of a Lightning state dict, prefix removed),
 `strip_prefix` (the sub-module under the first prefix that occurs) and `load_state_dict_like` (a
@@ -47,26 +47,6 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _atomic_checkpoint_io_class() -> type:
-    from lightning.pytorch.plugins.io import TorchCheckpointIO
-
-    class AtomicCheckpointIO(TorchCheckpointIO):
-        def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
-            if storage_options is not None:
-                raise TypeError("AtomicCheckpointIO takes no storage_options")
-            atomic_torch_save(checkpoint, path)
-
-    AtomicCheckpointIO.__module__, AtomicCheckpointIO.__qualname__ = __name__, "AtomicCheckpointIO"
-    return AtomicCheckpointIO
-
-
-def __getattr__(name: str):
-    if name == "AtomicCheckpointIO":   # built on first use: importing Lightning costs seconds
-        cls = globals()[name] = _atomic_checkpoint_io_class()
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- reading ---------------------------------------------------------------------------------

@@ -26,12 +26,13 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dociq.io.checkpoint import read_checkpoint
 from dociq.optim.strategy import allowing_unused_parameters, resolve_strategy  # registers dociq's strategies
 from dociq.training.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
+from dociq.training.checkpoint_io import AtomicCheckpointIO
 from dociq.training.config import CONFIG_DIR, register_resolvers
 from dociq.training.config_checks import check_config
 from dociq.training.progress import progress_callbacks
-from dociq.io.checkpoint import AtomicCheckpointIO, read_checkpoint
 from dociq.training.tasks.registry import resolve_stage
 
 log = logging.getLogger("dociq.training.train")
