@@ -24,8 +24,7 @@ import numpy as np
 from fastapi.responses import JSONResponse
 
 from dociq.engine.page_cache import ActivePagePredictor
-from dociq.io.rle import encode_rle
-from dociq.io.rle import rle_to_mask as _io_rle_to_mask
+from dociq.io import rle as rle_codec
 
 log = logging.getLogger("dociq.engine.server")     # the server's log, where these messages always went
 
@@ -45,35 +44,14 @@ class RequestError(Exception):
 
 # ---- masks on the wire ------------------------------------------------------------------------
 
-def mask_to_rle(mask: np.ndarray) -> dict:
-    """bool [H, W] -> COCO compressed RLE {"size": [H, W], "counts": str} (`dociq.io.rle`)."""
-    return encode_rle(mask)
-
-
-# dociq.io.rle's wording of a bad RLE -> the API's, which names the request's `mask` field
-_RLE_ERRORS = (
-    ("a mask must be", "mask must be"),
-    ("the RLE's size", "mask.size"),
-    ("the counts string ends inside a run length", "mask.counts ends inside a number"),
-    ("the counts string has", "mask.counts has"),
-    ("the RLE's counts have", "mask.counts has"),
-    ("the RLE's counts cover", "mask.counts covers"),
-    ("the RLE's counts are", "mask.counts is"),
-)
+mask_to_rle = rle_codec.encode_rle     # bool [H, W] -> COCO compressed RLE {"size": [H, W], "counts": str}
 
 
 def rle_to_mask(rle: Any, size: tuple[int, int]) -> np.ndarray:
     """A COCO RLE (compressed `counts` str or uncompressed list) of a page of `size` (H, W) -> bool
-    [H, W] (`dociq.io.rle.rle_to_mask`); a wrong size or counts that do not cover the page exactly
-    are a ValueError that names the request's `mask` field."""
-    try:
-        return _io_rle_to_mask(rle, size)
-    except ValueError as err:
-        message = str(err)
-        for theirs, ours in _RLE_ERRORS:
-            if message.startswith(theirs):
-                raise ValueError(ours + message[len(theirs):]) from err
-        raise ValueError(f"mask: {message}") from err
+    [H, W]; a wrong size or counts that do not cover the page exactly are a ValueError that names
+    the request's `mask` field."""
+    return rle_codec.rle_to_mask(rle, size, name="mask")
 
 
 def mask_png(mask: np.ndarray, colour: tuple[int, int, int] = MASK_COLOUR) -> str:

@@ -26,9 +26,9 @@ def decode_rle(rle: dict) -> np.ndarray:
     return mask_util.decode({"size": [int(v) for v in rle["size"]], "counts": counts}).astype(bool)
 
 
-def rle_string_counts(counts: str | bytes) -> list[int]:
+def rle_string_counts(counts: str | bytes, name: str = "rle") -> list[int]:
     """The run lengths of a compressed COCO RLE string (pycocotools' rleFrString, in Python);
-    a string that is not one is a ValueError that says why."""
+    a string that is not one is a ValueError that says why, naming the RLE `name`."""
     data = counts.encode("ascii") if isinstance(counts, str) else counts
     runs: list[int] = []
     p = 0
@@ -36,10 +36,10 @@ def rle_string_counts(counts: str | bytes) -> list[int]:
         x, k, more = 0, 0, True
         while more:
             if p >= len(data):
-                raise ValueError("the counts string ends inside a run length")
+                raise ValueError(f"{name}.counts ends inside a number")
             c = data[p] - 48
             if not 0 <= c < 64:
-                raise ValueError(f"the counts string has the character {chr(data[p])!r}, not a COCO RLE string")
+                raise ValueError(f"{name}.counts has the character {chr(data[p])!r}, not a COCO RLE string")
             x |= (c & 0x1F) << (5 * k)
             more = bool(c & 0x20)
             p, k = p + 1, k + 1
@@ -51,25 +51,26 @@ def rle_string_counts(counts: str | bytes) -> list[int]:
     return runs
 
 
-def rle_runs(rle: Any, size: tuple[int, int]) -> list[int]:
+def rle_runs(rle: Any, size: tuple[int, int], name: str = "rle") -> list[int]:
     """The run lengths of an untrusted COCO RLE (compressed str or uncompressed list) of a mask of
-    `size` (H, W); a wrong size, negative runs or runs that do not cover H*W are a ValueError."""
+    `size` (H, W); a wrong size, negative runs or runs that do not cover H*W are a ValueError that
+    names the RLE `name` (e.g. the request field it came in)."""
     if not isinstance(rle, dict) or "size" not in rle or "counts" not in rle:
-        raise ValueError('a mask must be a COCO RLE {"size": [H, W], "counts": "..."}')
+        raise ValueError(f'{name} must be a COCO RLE {{"size": [H, W], "counts": "..."}}')
     h, w = size
     if list(rle["size"]) != [h, w]:
-        raise ValueError(f"the RLE's size {list(rle['size'])} is not the page's [H, W] = [{h}, {w}]")
+        raise ValueError(f"{name}.size {list(rle['size'])} is not the page's [H, W] = [{h}, {w}]")
     counts = rle["counts"]
     if isinstance(counts, (str, bytes)):
-        runs = rle_string_counts(counts)
+        runs = rle_string_counts(counts, name)
     elif isinstance(counts, list):
         runs = list(counts)
     else:
-        raise ValueError("the RLE's counts are neither a COCO RLE string nor a list of run lengths")
+        raise ValueError(f"{name}.counts is neither a COCO RLE string nor a list of run lengths")
     if any((not isinstance(c, (int, np.integer))) or isinstance(c, bool) or c < 0 for c in runs):
-        raise ValueError("the RLE's counts have a negative or non-integer run length")
+        raise ValueError(f"{name}.counts has a negative or non-integer run length")
     if sum(runs) != h * w:
-        raise ValueError(f"the RLE's counts cover {sum(runs)} pixels, the page has {h * w} (H x W)")
+        raise ValueError(f"{name}.counts covers {sum(runs)} pixels, the page has {h * w} (H x W)")
     return [int(c) for c in runs]
 
 
@@ -80,6 +81,6 @@ def runs_to_mask(runs: list[int], size: tuple[int, int]) -> np.ndarray:
     return np.repeat(values, runs).reshape(w, h).T.copy()
 
 
-def rle_to_mask(rle: Any, size: tuple[int, int]) -> np.ndarray:
+def rle_to_mask(rle: Any, size: tuple[int, int], name: str = "rle") -> np.ndarray:
     """An untrusted COCO RLE of a page of `size` (H, W) -> bool [H, W] (errors as `rle_runs`)."""
-    return runs_to_mask(rle_runs(rle, size), size)
+    return runs_to_mask(rle_runs(rle, size, name), size)
