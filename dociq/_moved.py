@@ -69,11 +69,11 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(f"{spec.name} moved to {target}; import it from there (the old path goes in the "
                       "next release)", FutureWarning, stacklevel=3)
         module = importlib.import_module(target)
-        self._spec = module.__spec__
+        spec.loader_state = module.__spec__   # the import system is about to stamp `spec` on the module
         return module
 
     def exec_module(self, module) -> None:
-        module.__spec__ = self._spec   # the import system stamped the alias's spec on the real module
+        module.__spec__ = module.__spec__.loader_state   # the real module's own spec back
 
 
 def install() -> None:
