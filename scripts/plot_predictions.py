@@ -4,6 +4,7 @@
     python scripts/plot_predictions.py CKPT --out docs/img/predictions.png  # the docs figure: explicit
     python scripts/plot_predictions.py CKPT --clicks                        # one click per region instead
     python scripts/plot_predictions.py CKPT --corpus data/corpus --pages 4  # held-out real pages (val split)
+    python scripts/plot_predictions.py CKPT --corpus data/corpus --segment-page --seeds ocr_blocks class_boxes
 
 Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
 <run>/checkpoints/*.ckpt), else to ./predictions.png; never into docs/ by default.
@@ -13,6 +14,8 @@ Each row is one question: the page with the target region (green outline) and th
 the validation seed of configs/data/synthetic.yaml, so they were never trained on.
 With --clicks each row is one annotated region instead, prompted by a single positive click at a
 random pixel of it (the yellow cross), target that region (SAM's click prompt).
+With --segment-page each row is one page: its labels (left) and `dociq segment-page`'s regions
+(right), each region tinted in its class's colour and labelled with its class.
 """
 from __future__ import annotations
 
@@ -85,6 +88,38 @@ def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: 
     return rows
 
 
+def plot_segmented(predictor, pages: int, seed: int, corpus: str | None, out: Path, seeds: list[str],
+                   snap: bool) -> list[int]:
+    """Labels beside segment-page's regions, one page per row; returns the region count per page."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dociq.inference.automatic import PageSegmenter, SegmentedRegion
+    from dociq.inference.overlay import draw_overlay
+
+    segmenter = PageSegmenter(predictor, seeds=seeds, snap=snap)
+    rows = held_out_pages(pages, seed, predictor.image_size, corpus)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 7.2 * len(rows)), squeeze=False)
+    counts = []
+    for (left, right), page in zip(axes, rows):
+        labels = [SegmentedRegion(mask=r.mask, box=np.asarray(r.box, np.float32), score=1.0, stability=1.0,
+                                  category=r.label) for r in page.regions if r.mask.any()]
+        found = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
+        counts.append(len(found))
+        for ax, regions, title in ((left, labels, f"labels: {len(labels)} regions"),
+                                   (right, found, f"segment-page: {len(found)} regions")):
+            ax.imshow(draw_overlay(page.image, regions))
+            ax.set_title(f"{page.meta.get('page_id', '')}  {title}", fontsize=8)
+            ax.axis("off")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return counts
+
+
 def plot(rows: list[dict], out: Path, columns: int = 3, source: str = "held-out synthetic pages") -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -129,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
     p.add_argument("--snap", action="store_true", help="snap masks to the word boxes (Predictor(snap_to_words=True))")
+    p.add_argument("--segment-page", action="store_true",
+                   help="one row per page: its labels and segment-page's regions (with --seeds, --snap)")
+    p.add_argument("--seeds", nargs="+", default=["ocr_blocks", "class_boxes"],
+                   help="segment-page seeds (with --segment-page)")
     p.add_argument("--corpus", default=None,
                    help="draw held-out real pages: a `dociq corpus build` folder (its val split; green: weak labels)")
     args = p.parse_args(argv)
@@ -136,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     from dociq.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
+    if args.segment_page:
+        counts = plot_segmented(predictor, args.pages, args.seed, args.corpus, args.out, args.seeds, args.snap)
+        print(f"wrote {args.out}: regions per page {counts}")
+        return
     predictor.snap_to_words = args.snap
     gather = collect_clicks if args.clicks else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)

@@ -11,7 +11,7 @@ from torchvision.ops import box_iou
 
 from dociq.cli.segment_page import main
 from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, SegmentedRegion, assign_categories,
-                             grid_points, group_lines, line_points, mask_boxes, mask_iou_matrix, nms,
+                             block_boxes, grid_points, group_blocks, group_lines, line_points, mask_boxes, mask_iou_matrix, nms,
                              remove_small_regions,
                              stability_score, to_coco_results)
 from dociq.inference.overlay import draw_overlay
@@ -32,6 +32,35 @@ def test_words_group_into_lines_split_at_the_column_gutter():
     for x, y in points:          # every click lies on a word of the page
         assert ((boxes[:, 0] <= x) & (x <= boxes[:, 2]) & (boxes[:, 1] <= y) & (y <= boxes[:, 3])).any()
     assert line_points(np.zeros((0, 4))).shape == (0, 2)
+
+
+def _text_line(x0, y0, x1, height=10, words=3):
+    """Boxes of `words` equal words spread over x0..x1 on one line at y0."""
+    edges = np.linspace(x0, x1, words + 1)
+    return [[a + 1, y0, b - 1, y0 + height] for a, b in zip(edges[:-1], edges[1:])]
+
+
+def test_lines_join_into_blocks_at_line_spacing_and_split_at_paragraph_gaps():
+    boxes = np.array(
+        _text_line(10, 10, 200, height=16, words=2)            # a heading: taller than the body
+        + _text_line(10, 32, 200) + _text_line(10, 45, 200) + _text_line(10, 58, 120)   # paragraph 1 (3 lines)
+        + _text_line(10, 80, 200) + _text_line(10, 93, 200)    # paragraph 2, after a gap of 12 px
+        + _text_line(250, 32, 400) + _text_line(250, 45, 400)  # a second column beside paragraph 1
+        + _text_line(10, 120, 200) + _text_line(30, 133, 200)  # list item 1 ("•" + a continuation line)
+        + _text_line(10, 146, 200),                            # list item 2, as close as a line
+        dtype=np.float32)
+    words = ["w"] * len(boxes)
+    words[23] = "•"                                            # the first word of list item 1's first line
+    words[29] = "2."                                           # the first word of list item 2
+    blocks = [sorted(b) for b in group_blocks(boxes, words)]
+    heading, para1, para2, column = [0, 1], list(range(2, 11)), list(range(11, 17)), list(range(17, 23))
+    item1, item2 = list(range(23, 29)), list(range(29, 32))
+    assert sorted(blocks) == sorted([heading, para1, para2, column, item1, item2])
+    # without the words, the list items are one block (nothing tells them apart)
+    assert sorted(item1 + item2) in [sorted(b) for b in group_blocks(boxes)]
+    got = block_boxes(boxes, words)
+    assert got.shape == (6, 4)
+    assert [11, 32, 199, 68] in got.astype(int).tolist()      # paragraph 1's words' box
 
 
 def test_grid_points_are_cell_centres_inside_the_page():
@@ -112,6 +141,24 @@ def test_regions_take_the_class_of_the_answer_part_they_match():
     assert got[2] == ("region", 0.0)
 
 
+def test_coverage_names_a_region_inside_an_answer_that_merges_touching_instances():
+    size = (100, 120)
+    paragraphs = _rect_mask(size, 5, 5, 110, 60)               # "all paragraphs": three touching ones, one blob
+    code = _rect_mask(size, 5, 70, 110, 95)
+    regions = np.stack([_rect_mask(size, 5, 5, 110, 20),      # one paragraph of the three
+                        _rect_mask(size, 5, 70, 110, 95),     # the code block
+                        _rect_mask(size, 5, 50, 110, 80)])    # across both, mostly neither
+    by_iou = assign_categories(regions, {"paragraph": paragraphs, "code": code}, min_iou=0.5)
+    assert by_iou[0][0] == "region"                            # IoU with the blob: 15 / 55
+    by_coverage = assign_categories(regions, {"paragraph": paragraphs, "code": code}, min_iou=0.5,
+                                    measure="coverage")
+    assert by_coverage[0] == ("paragraph", pytest.approx(1.0))
+    assert by_coverage[1] == ("code", pytest.approx(1.0))
+    assert by_coverage[2] == ("region", pytest.approx(1 / 3))
+    with pytest.raises(ValueError, match="measure"):
+        assign_categories(regions, {}, measure="dice")
+
+
 def test_mask_iou_matrix_equals_the_dense_computation():
     rng = np.random.default_rng(0)
     a = [rng.random((30, 40)) < p for p in (0.05, 0.3, 0.0)] + [_rect_mask((30, 40), 0, 0, 5, 5)]
@@ -158,7 +205,7 @@ class ScriptedPredictor:
 
     def set_image(self, image, words=None, word_boxes=None, ocr=None):
         self.set_image_calls += 1
-        self.page = SimpleNamespace(original_size=image.shape[:2],
+        self.page = SimpleNamespace(original_size=image.shape[:2], words=list(words or []),
                                     word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes)
 
     def predict_masks(self, question=None, points=None, boxes=None, multimask_output=False, return_logits=False):
@@ -226,6 +273,51 @@ def test_class_answer_parts_become_box_prompts():
     assert all(r.score == pytest.approx(0.9) for r in regions)
 
 
+def test_ocr_blocks_become_box_prompts_and_snap_draws_their_words_box():
+    size = (96, 128)
+    objects = [("paragraph", (8, 8, 120, 40)), ("paragraph", (8, 60, 120, 90))]
+    predictor = ScriptedPredictor(size, objects)
+    # two blocks of two lines each; the words leave a margin inside each object
+    words = np.array(_text_line(10, 10, 118, height=8) + _text_line(10, 20, 118, height=8)
+                     + _text_line(10, 62, 118, height=8) + _text_line(10, 72, 110, height=8), np.float32)
+    blocks = [tuple(int(v) for v in b) for b in block_boxes(words)]
+    assert len(blocks) == 2
+    predictor.objects = [("paragraph", b) for b in blocks]     # the model answers each block box exactly
+    segmenter = PageSegmenter(predictor, seeds=("ocr_blocks",), classify=False, snap=True, block_masks="model")
+    regions = segmenter.segment(np.zeros((*size, 3), np.uint8), words=["w"] * len(words), word_boxes=words)
+    assert sorted(predictor.box_prompts) == sorted(blocks) and predictor.point_batches == []
+    assert sorted(tuple(int(v) for v in r.box) for r in regions) == sorted(blocks)
+    assert all(r.seed == "ocr_blocks" for r in regions)
+
+
+def test_word_blocks_are_their_words_box_named_and_ranked_by_the_word_classes():
+    from dociq.data.schema import REGION_CLASSES
+
+    class WordPredictor(ScriptedPredictor):
+        def word_class_probabilities(self):       # the first block's words are code, the second's paragraph
+            out = np.zeros((len(self.page.word_boxes), len(REGION_CLASSES)), np.float32)
+            top = self.page.word_boxes[:, 1] < 40
+            out[top, REGION_CLASSES.index("code")] = 0.9
+            out[~top, REGION_CLASSES.index("paragraph")] = 0.6
+            return out
+
+    size = (96, 128)
+    predictor = WordPredictor(size, [])
+    words = np.array(_text_line(10, 10, 118, height=8) + _text_line(10, 20, 118, height=8)
+                     + _text_line(10, 62, 118, height=8), np.float32)
+    regions = PageSegmenter(predictor, seeds=("ocr_blocks",)).segment(
+        np.zeros((*size, 3), np.uint8), words=["w"] * len(words), word_boxes=words)
+    assert predictor.box_prompts == [] and predictor.point_batches == []      # no decoder call for a block
+    got = sorted((tuple(int(v) for v in r.box), r.category, round(r.score, 2)) for r in regions)
+    assert got == sorted([(tuple(int(v) for v in b), c, p) for b, c, p in
+                          zip(block_boxes(words), ["code", "paragraph"], [0.9, 0.6])])
+    for r in regions:                                                           # the mask is the box
+        x0, y0, x1, y1 = (int(v) for v in r.box)
+        assert r.mask.sum() == (x1 - x0) * (y1 - y0) and r.mask[y0:y1, x0:x1].all()
+    with pytest.raises(ValueError, match="block_masks"):
+        PageSegmenter(predictor, block_masks="decoder")
+
+
 def test_multimask_best_keeps_one_candidate_per_click():
     size = (64, 64)
     # the 1-px-wider twin (candidate 1) would survive NMS at a threshold of 0.99; with "best" it never exists
@@ -266,7 +358,7 @@ def test_thresholds_filter_and_bad_settings_are_named():
     with pytest.raises(ValueError, match="pred_iou_thresh=1.5"):
         PageSegmenter(predictor, pred_iou_thresh=1.5)
     with pytest.raises(ValueError, match="points_per_side"):
-        PageSegmenter(predictor, points_per_side=0)
+        PageSegmenter(predictor, points_per_side=0, seeds=("grid", "ocr_lines"))
 
 
 # ---- the real model (the fine-tune fixture: untrained weights) --------------------------------
@@ -286,7 +378,7 @@ def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
                               pred_iou_thresh=0.0, stability_score_thresh=0.0, min_region_area=1)
     regions = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
     assert regions, "thresholds at 0 keep every non-empty candidate"
-    assert {r.seed for r in regions} <= {"grid", "ocr_lines", "class_boxes"}
+    assert {r.seed for r in regions} <= {"ocr_blocks", "class_boxes"}
     for r in regions:
         assert r.mask.shape == page.image.shape[:2] and r.mask.dtype == bool and r.mask.any()
         assert 0.0 <= r.score <= 1.0 and 0.0 <= r.stability <= 1.0
@@ -294,6 +386,23 @@ def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
     boxes = torch.tensor(np.stack([r.box for r in regions]))
     iou = box_iou(boxes, boxes).fill_diagonal_(0)
     assert iou.max() <= segmenter.box_nms_thresh
+
+
+def test_the_segment_page_figure_draws_labels_beside_regions(finetune_checkpoint, tmp_path):
+    import sys
+    from pathlib import Path
+
+    from dociq.inference.predictor import Predictor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import plot_predictions
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "segmented.png"
+    counts = plot_predictions.plot_segmented(Predictor.from_checkpoint(finetune_checkpoint[0]), 1, 3, None, out,
+                                             ["ocr_blocks"], snap=True)
+    assert len(counts) == 1 and out.stat().st_size > 0
 
 
 def test_cli_writes_overlay_and_coco_results(finetune_checkpoint, synthetic_page, tmp_path, capsys):
@@ -326,3 +435,35 @@ def test_cli_segments_a_pdf_page_with_its_text_layer(finetune_checkpoint, text_p
     assert (tmp_path / "o.png").is_file() and "regions; overlay written" in capsys.readouterr().out
     assert main([*args[:3], "--page", "3"]) == 2                          # a page the PDF does not have
     assert "--page 3" in capsys.readouterr().err
+
+
+def test_regions_take_the_mean_class_of_their_words_and_wordless_ones_the_answers():
+    from dociq.inference.automatic import classes_from_words
+    size = (100, 120)
+    regions = [_rect_mask(size, 0, 0, 60, 40), _rect_mask(size, 60, 0, 120, 40), _rect_mask(size, 0, 60, 120, 100)]
+    word_boxes = np.array([[5, 5, 25, 15], [30, 5, 50, 15], [70, 5, 90, 15], [95, 5, 115, 15]], np.float32)
+    probs = np.array([[0.7, 0.3], [0.4, 0.6], [0.1, 0.9], [0.0, 0.0]], np.float32)   # word 3 was not read
+    got = classes_from_words(regions, word_boxes, probs, ["paragraph", "code"])
+    assert got[0] == ("paragraph", pytest.approx(0.55))        # the mean over its two words
+    assert got[1] == ("code", pytest.approx(0.9))              # the unread word does not vote
+    assert got[2] is None                                      # no words: not named by words
+
+    class WordPredictor(ScriptedPredictor):
+        def word_class_probabilities(self):
+            from dociq.data.schema import REGION_CLASSES
+            out = np.zeros((len(self.page.word_boxes), len(REGION_CLASSES)), np.float32)
+            out[:, REGION_CLASSES.index("code")] = 1.0
+            return out
+
+    objects = [("table", (8, 8, 60, 40)), ("figure", (70, 50, 120, 90))]
+    predictor = WordPredictor((96, 128), objects)
+    words = np.array([[10, 10, 30, 20]], np.float32)             # one word, inside the table
+    regions = PageSegmenter(predictor, seeds=("class_boxes",)).segment(
+        np.zeros((96, 128, 3), np.uint8), words=["x"], word_boxes=words)
+    assert sorted(r.category for r in regions) == ["code", "figure"]   # by its word; the figure by the answer
+    by_answers = PageSegmenter(predictor, seeds=("class_boxes",), class_source="answers").segment(
+        np.zeros((96, 128, 3), np.uint8), words=["x"], word_boxes=words)
+    assert sorted(r.category for r in by_answers) == ["figure", "table"]
+    with pytest.raises(ValueError, match="no word-class head"):
+        PageSegmenter(ScriptedPredictor((96, 128), objects), seeds=("class_boxes",), class_source="words").segment(
+            np.zeros((96, 128, 3), np.uint8), words=["x"], word_boxes=words)

@@ -56,8 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     coco.add_argument("--category-map", nargs="+", default=[], metavar="MODEL=COCO",
                       help="extra class name pairs, e.g. figure=Picture paragraph=Text")
     coco.add_argument("--points-per-side", type=int, default=16)
-    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines class_boxes "
-                      "(default: all three)")
+    coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines ocr_blocks "
+                      "class_boxes (default: ocr_blocks class_boxes)")
+    coco.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
+                      help="segmenter: name a region by IoU with a class answer's part, or by its share inside it")
+    coco.add_argument("--block-masks", default="words", choices=["words", "model"],
+                      help="segmenter, ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
+    coco.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
+                      help="segmenter: name regions by the class answers or the word-class head (auto: the head "
+                           "when the model has one)")
+    coco.add_argument("--snap-regions", action="store_true",
+                      help="segmenter: snap the regions' text parts to their words' box")
     coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
     coco.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--heuristics", action="store_true",
@@ -78,7 +87,9 @@ def run(args) -> int:
                 load_predictor(path), args.annotations, args.image_dir, args.max_pages, args.ocr,
                 _category_map(args.category_map), points_per_side=args.points_per_side,
                 **({"seeds": args.seeds} if args.seeds else {}),
-                pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh)
+                pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh,
+                class_match=args.class_match, snap=args.snap_regions, class_source=args.class_source,
+                block_masks=args.block_masks)
             continue
         task = load_task(path)
         data = None

@@ -47,7 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "results use; default: the model's classes numbered from 1, as printed")
     p.add_argument("--points-per-side", type=int, default=16)
     p.add_argument("--seeds", nargs="+", default=list(DEFAULT_SEEDS), choices=list(SEEDS),
-                   help="seed kinds (default: all); class_boxes prompts with the boxes of the class answers' parts")
+                   help="seed kinds (default: ocr_blocks class_boxes): ocr_blocks, the OCR text blocks (see "
+                        "--block-masks); class_boxes, the boxes of the class answers' parts; grid and ocr_lines, "
+                        "SAM-style clicks")
+    p.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
+                   help="name a region by its IoU with a part of a class answer, or by its share inside the answer")
+    p.add_argument("--snap", action="store_true", help="snap the regions' text parts to their words' box")
+    p.add_argument("--block-masks", default="words", choices=["words", "model"],
+                   help="ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
+    p.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
+                   help="name regions by the class questions' answers or by the word-class head "
+                        "(auto: words when the model has the head)")
     p.add_argument("--pred-iou-thresh", type=float, default=0.5)
     p.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--box-nms-thresh", type=float, default=0.7)
@@ -87,7 +97,8 @@ def run(args) -> int:
                               pred_iou_thresh=args.pred_iou_thresh,
                               stability_score_thresh=args.stability_score_thresh,
                               box_nms_thresh=args.box_nms_thresh, min_region_area=args.min_region_area,
-                              classify=not args.no_classify)
+                              classify=not args.no_classify, class_match=args.class_match, snap=args.snap,
+                              class_source=args.class_source, block_masks=args.block_masks)
     regions = segmenter.segment(image, words=words, word_boxes=boxes, ocr=None if words is not None else args.ocr)
     Image.fromarray(draw_overlay(image, regions)).save(args.out)
     for r in regions:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from dociq.data.lexical import clip_word_positions, match_matrix
-from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, LAYOUT_SCALE, Page
+from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, LAYOUT_SCALE, REGION_CLASSES, Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,7 @@ class DocumentCollator:
         batch: dict = {"image": torch.stack(images), "skipped": skipped}
         self._add_ocr(batch, encoded)
         if self.questions:
+            batch["ocr_word_class"] = word_classes(pages, batch["ocr_word_index"])
             self._add_questions(batch, pages, g)
             self._add_lexical_match(batch, pages)
         batch["meta"] = [dict(page.meta, original_size=page.size, scale=s) for page, s in zip(pages, scales)]
@@ -269,6 +270,28 @@ class DocumentCollator:
             [p.words for p in pages], batch["prompt_text"], batch["ocr_word_index"],
             self.max_question_words, self.question_tokenizer.context_length,
             num_questions=batch["prompt_valid"].shape[1])
+
+
+REGION_INDEX = {name: i for i, name in enumerate(REGION_CLASSES)}
+
+
+def word_classes(pages: Sequence[Page], word_index: torch.Tensor) -> torch.Tensor:
+    """long [B, T]: per OCR token, the `REGION_CLASSES` index of the smallest region holding its
+    word (a table cell's words are cells, not table), -1 for special and pad tokens, words in no
+    region and regions of other classes."""
+    out = torch.full_like(word_index, -1)
+    for i, page in enumerate(pages):
+        per_word = np.full(len(page.words), -1, dtype=np.int64)
+        regions = sorted(page.regions, key=lambda r: -float(np.prod(np.asarray(r.box[2:]) - np.asarray(r.box[:2]))))
+        for region in regions:                     # largest first: smaller regions overwrite
+            label = REGION_INDEX.get(region.label)
+            ids = [k for k in region.word_ids if 0 <= k < len(per_word)]
+            if label is not None and ids:
+                per_word[ids] = label
+        if len(per_word):
+            tokens = word_index[i]
+            out[i] = torch.where(tokens >= 0, torch.from_numpy(per_word)[tokens.clamp(min=0)], out[i])
+    return out
 
 
 def lexical_match(page_words: Sequence[Sequence[str]], questions: Sequence[Sequence[str]],

@@ -34,6 +34,7 @@ How (segment_anything/automatic_mask_generator.py, rewritten for pages):
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -42,13 +43,17 @@ import torch
 from scipy import ndimage
 from torchvision.ops import batched_nms, masks_to_boxes
 
+from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.io.rle import decode_rle, encode_rle
+from dociq.models.word_snap import snap_to_words
 
 log = logging.getLogger(__name__)
 
-SEEDS = ("grid", "ocr_lines", "class_boxes")
-DEFAULT_SEEDS = SEEDS
+SEEDS = ("grid", "ocr_lines", "ocr_blocks", "class_boxes")
+# Text regions from the OCR blocks, figures and other regions without text from the class answers:
+# on held-out real and synthetic pages this beats SAM's grid + line clicks (docs/automatic.md).
+DEFAULT_SEEDS = ("ocr_blocks", "class_boxes")
 # layout class -> the question asked for it: the first plural phrasing the model was trained on
 LAYOUT_QUESTIONS: dict[str, str] = {name: plural[0] for name, (_singular, plural) in LAYOUT_PHRASES.items()}
 UNCLASSIFIED = "region"
@@ -59,11 +64,11 @@ class SegmentedRegion:
     """One region found on the page."""
     mask: np.ndarray                  # bool [H, W] at the page's size
     box: np.ndarray                   # float32 [4] x0, y0, x1, y1 pixels (x1, y1 exclusive)
-    score: float                      # the model's predicted IoU of the mask, clipped to [0, 1]
+    score: float                      # the predicted IoU of the mask, clipped to [0, 1] (a word block: its class probability)
     stability: float                  # SAM's stability score of the mask's logits
     category: str = UNCLASSIFIED      # layout class, or "region" when no class answer matches
-    category_score: float = 0.0       # mask IoU with the matched part of the class answer
-    seed: str = "grid"                # "grid", "ocr_lines" or "class_boxes": which seed found it
+    category_score: float = 0.0       # overlap with the class answer, or the words' class probability
+    seed: str = "grid"                # "grid", "ocr_lines", "ocr_blocks" or "class_boxes": which seed found it
     point: tuple[float, float] = (0.0, 0.0)   # the seed click (or seed box centre), page pixels (x, y)
 
     @property
@@ -134,6 +139,53 @@ def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
         centres = (b[:, :2] + b[:, 2:]) / 2
         points.append(centres[np.argmin(np.abs(centres[:, 0] - middle))])
     return np.asarray(points, dtype=np.float32).reshape(-1, 2)
+
+
+# An enumerator or bullet opening a line starts a new block: list items sit as close as lines.
+_ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|[ivxIVX]{1,4}[.)])$")
+
+
+def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
+                 max_height_ratio: float = 1.3, min_x_overlap: float = 0.5) -> list[list[int]]:
+    """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
+
+    Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
+    above it, when the gap between them is at most `max_gap` x the line height (paragraph spacing
+    is wider than line spacing), the two heights differ by at most `max_height_ratio` (a heading
+    over body text), and they share at least `min_x_overlap` of the narrower width (same column).
+    A line whose first word is a bullet or an enumerator ("•", "3.", "b)") starts a new block."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    blocks: list[list[int]] = []
+    last: list[np.ndarray] = []            # x0, y0, x1, y1 of each block's last line
+    for line in group_lines(boxes):
+        b = boxes[line]
+        span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
+        opener = words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))
+        best = -1
+        for k, prev in enumerate(last):
+            h0, h1 = prev[3] - prev[1], span[3] - span[1]
+            gap = span[1] - prev[3]
+            overlap = min(prev[2], span[2]) - max(prev[0], span[0])
+            narrower = max(min(prev[2] - prev[0], span[2] - span[0]), 1.0)
+            if (not opener and -0.5 * min(h0, h1) <= gap <= max_gap * max(h0, h1)
+                    and max(h0, h1) <= max_height_ratio * max(min(h0, h1), 1.0) and overlap >= min_x_overlap * narrower):
+                if best < 0 or prev[3] > last[best][3]:
+                    best = k
+        if best < 0:
+            blocks.append(list(line))
+            last.append(span)
+        else:
+            blocks[best].extend(line)
+            last[best] = span
+    blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
+    return blocks
+
+
+def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None, **grouping) -> np.ndarray:
+    """float [K, 4] pixel boxes x0, y0, x1, y1 around the words of each text block (`group_blocks`)."""
+    boxes = np.asarray(word_boxes, dtype=np.float32).reshape(-1, 4)
+    out = [np.concatenate([boxes[ids, :2].min(0), boxes[ids, 2:].max(0)]) for ids in group_blocks(boxes, words, **grouping)]
+    return np.asarray(out, dtype=np.float32).reshape(-1, 4)
 
 
 # ---- mask quality, boxes, NMS ------------------------------------------------------------------
@@ -225,19 +277,54 @@ def mask_iou_matrix(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndar
 
 
 def assign_categories(region_masks: Sequence[np.ndarray], class_masks: Mapping[str, np.ndarray],
-                      min_iou: float = 0.5, min_part_area: int = 1) -> list[tuple[str, float]]:
-    """Per region, (class, IoU) of the class-answer part it overlaps best; ("region", best IoU)
-    when no part reaches `min_iou`. class_masks: class name -> bool [H, W] answer to its question."""
+                      min_iou: float = 0.5, min_part_area: int = 1, measure: str = "iou") -> list[tuple[str, float]]:
+    """Per region, (class, overlap) of the class answer it matches best; ("region", best overlap)
+    when none reaches `min_iou`. class_masks: class name -> bool [H, W] answer to its question.
+
+    measure "iou": the mask IoU with the best connected part of the answer (the part stands for
+    one instance); "coverage": the share of the region inside the answer, which still names a
+    region when the answer merges touching instances ("all paragraphs" as one blob)."""
+    if measure not in ("iou", "coverage"):
+        raise ValueError(f"measure={measure!r}: use 'iou' or 'coverage'")
     best = np.zeros(len(region_masks), dtype=np.float32)
     best_name = [UNCLASSIFIED] * len(region_masks)
     for name, answer in class_masks.items():
-        parts = instance_parts(answer, min_part_area)
-        if len(parts) == 0 or len(region_masks) == 0:
-            continue
-        iou = mask_iou_matrix(region_masks, list(parts)).max(1)
-        for i in np.nonzero(iou > best)[0]:
-            best[i], best_name[i] = iou[i], name
+        if len(region_masks) == 0:
+            break
+        if measure == "coverage":
+            score = np.array([np.count_nonzero(m & answer) / max(np.count_nonzero(m), 1) for m in region_masks],
+                             dtype=np.float32)
+        else:
+            parts = instance_parts(answer, min_part_area)
+            if len(parts) == 0:
+                continue
+            score = mask_iou_matrix(region_masks, list(parts)).max(1)
+        for i in np.nonzero(score > best)[0]:
+            best[i], best_name[i] = score[i], name
     return [(name if iou >= min_iou else UNCLASSIFIED, float(iou)) for name, iou in zip(best_name, best)]
+
+
+def classes_from_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarray, word_probs: np.ndarray,
+                       class_names: Sequence[str]) -> list[tuple[str, float] | None]:
+    """Per region, (class, probability) by the word-class head: the mean class probabilities of
+    the words whose box centre lies in the region, argmax; None for a region without such words
+    (a figure, a stamp). word_probs float [N, C] (rows of zeros: words the model did not read)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    probs = np.asarray(word_probs, dtype=np.float64)
+    read = probs.sum(1) > 0
+    out: list[tuple[str, float] | None] = []
+    for mask in region_masks:
+        h, w = mask.shape
+        cx = np.clip(((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), 0, w - 1)
+        cy = np.clip(((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64), 0, h - 1)
+        inside = mask[cy, cx] & read if len(boxes) else np.zeros(0, bool)
+        if not inside.any():
+            out.append(None)
+            continue
+        mean = probs[inside].mean(0)
+        k = int(mean.argmax())
+        out.append((class_names[k], float(mean[k])))
+    return out
 
 
 # ---- the segmenter -----------------------------------------------------------------------------
@@ -258,8 +345,10 @@ class PageSegmenter:
 
     predictor:        a `dociq.inference.predictor.Predictor` (set_image once, predict_masks per batch of seeds).
     points_per_side:  grid seeds per side (None or 0: no grid).
-    seeds:            which seeds: "grid", "ocr_lines" (one click per OCR text line), "class_boxes"
-                      (the box of each part of each class question's answer, as a box prompt).
+    seeds:            which seeds: "grid", "ocr_lines" (one click per OCR text line), "ocr_blocks"
+                      (each block of OCR lines, `group_blocks`: see `block_masks`),
+                      "class_boxes" (the box of each part of each class question's answer, as a
+                      box prompt).
     multimask:        "all" (SAM: each of the 3 outputs is a candidate) or "best" (the one with
                       the highest predicted IoU per seed).
     pred_iou_thresh, stability_score_thresh, stability_score_offset, box_nms_thresh: as SAM's;
@@ -269,7 +358,20 @@ class PageSegmenter:
                       this are filled / removed (SAM's min_mask_region_area) and NMS runs again.
     classify:         ask the class questions and name each region (else all are "region").
     categories:       class name -> question (default: the layout classes the model was trained on).
-    min_class_iou:    a region takes a class when its IoU with a part of the answer reaches this.
+    min_class_iou:    a region takes a class when its overlap with the answer reaches this.
+    class_match:      how a region is matched to a class answer: "iou" (with the answer's best
+                      connected part) or "coverage" (the share of the region inside the answer);
+                      see `assign_categories`.
+    snap:             snap each region's text parts to the box around its OCR words
+                      (dociq.models.word_snap), as layout labels are drawn.
+    block_masks:      "words": an OCR block's region is the box around its words, named by the
+                      word-class head and scored by that class's probability, and the other seeds
+                      only add regions mostly outside the blocks (figures, stamps); "model": the block's box is
+                      a box prompt and the decoder draws the mask, as for class boxes.
+    class_source:     "answers" (the class questions' answers, `class_match`), "words" (the
+                      word-class head: the mean class of the region's words, `classes_from_words`;
+                      regions without words fall back to the answers), or "auto": "words" when
+                      the model has a word-class head and `categories` is the default.
     """
 
     def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = DEFAULT_SEEDS,
@@ -277,7 +379,8 @@ class PageSegmenter:
                  stability_score_thresh: float = 0.8, stability_score_offset: float = 1.0,
                  box_nms_thresh: float = 0.7, min_region_area: int = 64, classify: bool = True,
                  categories: Mapping[str, str] | None = None, min_class_iou: float = 0.5,
-                 mask_threshold: float = 0.0, remove_small_regions: bool = True) -> None:
+                 mask_threshold: float = 0.0, remove_small_regions: bool = True, class_match: str = "iou",
+                 snap: bool = False, class_source: str = "auto", block_masks: str = "words") -> None:
         unknown = [s for s in seeds if s not in SEEDS]
         if unknown or not seeds:
             raise ValueError(f"seeds={tuple(seeds)!r}: choose one or more of {SEEDS}")
@@ -286,6 +389,12 @@ class PageSegmenter:
                              "or seeds=('ocr_lines',)")
         if multimask not in ("all", "best"):
             raise ValueError(f"multimask={multimask!r}: use 'all' (SAM) or 'best'")
+        if block_masks not in ("words", "model"):
+            raise ValueError(f"block_masks={block_masks!r}: use 'words' or 'model'")
+        if class_source not in ("auto", "answers", "words"):
+            raise ValueError(f"class_source={class_source!r}: use 'auto', 'answers' or 'words'")
+        if class_match not in ("iou", "coverage"):
+            raise ValueError(f"class_match={class_match!r}: use 'iou' or 'coverage'")
         if points_per_batch < 1:
             raise ValueError(f"points_per_batch={points_per_batch}: need at least 1")
         for name, value in (("pred_iou_thresh", pred_iou_thresh), ("stability_score_thresh", stability_score_thresh),
@@ -306,6 +415,11 @@ class PageSegmenter:
         self.classify = classify
         self.categories = dict(LAYOUT_QUESTIONS if categories is None else categories)
         self.min_class_iou = min_class_iou
+        self.class_match = class_match
+        self.snap = bool(snap)
+        self.block_masks = block_masks
+        # custom categories are questions: name regions by their answers
+        self.class_source = "answers" if categories is not None and class_source == "auto" else class_source
         self.mask_threshold = mask_threshold
 
     def seed_points(self, size: tuple[int, int], word_boxes: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -325,7 +439,8 @@ class PageSegmenter:
         """Regions of the page, best predicted IoU first."""
         self.predictor.set_image(image, words=words, word_boxes=word_boxes, ocr=ocr)   # embedded once
         page = self.predictor.page
-        answers = self.class_answers() if self.categories and (self.classify or "class_boxes" in self.seeds) else {}
+        answers = self.class_answers() if self.categories and ("class_boxes" in self.seeds or (
+            self.classify and self.class_source != "words")) else {}
         points, seed_names = self.seed_points(page.original_size, page.word_boxes)
         found = _Candidates()
         for start in range(0, len(points), self.points_per_batch):
@@ -334,21 +449,71 @@ class PageSegmenter:
                                                                  return_logits=True)   # [N, 3, H, W], [N, 3]
             self._add_batch(found, torch.as_tensor(logits), torch.as_tensor(iou), batch,
                             seed_names[start:start + self.points_per_batch])
+        if "ocr_blocks" in self.seeds and len(page.word_boxes):
+            blocks = block_boxes(page.word_boxes, page.words)
+            if self.block_masks == "model":
+                self._add_boxes(found, blocks, "ocr_blocks")
+            else:
+                self._add_word_blocks(found, blocks, page.original_size)
         if "class_boxes" in self.seeds:
-            boxes = part_boxes(answers.values(), self.min_region_area)
-            for start in range(0, len(boxes), self.points_per_batch):
-                batch = boxes[start:start + self.points_per_batch]
-                # a box prompt is not ambiguous: the single-mask output, as the model was trained
-                logits, iou, _low_res = self.predictor.predict_masks(boxes=batch, return_logits=True)  # [N, H, W]
-                centres = (batch[:, :2] + batch[:, 2:]) / 2
-                self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
-                                ["class_boxes"] * len(batch))
+            self._add_boxes(found, part_boxes(answers.values(), self.min_region_area), "class_boxes")
+        if "ocr_blocks" in self.seeds and self.block_masks == "words" and len(page.word_boxes):
+            found = self._without_text(found)
         regions = self._deduplicate(found)
+        if self.snap and len(page.word_boxes):
+            for region in regions:
+                region.mask = snap_to_words(region.mask, page.word_boxes)
+                if region.mask.any():
+                    region.box = mask_boxes(torch.from_numpy(region.mask)[None])[0].numpy().astype(np.float32)
         log.debug("%d click seeds, %d candidates after the filters, %d regions after NMS", len(points),
                   len(found.rles), len(regions))
-        if self.classify and regions and answers:
+        if self.classify and regions:
             self._name_regions(regions, answers)
         return regions
+
+    def _add_boxes(self, found: _Candidates, boxes: np.ndarray, seed: str) -> None:
+        """Decode seed boxes as box prompts, `points_per_batch` at a time, and keep their candidates."""
+        for start in range(0, len(boxes), self.points_per_batch):
+            batch = boxes[start:start + self.points_per_batch]
+            # a box prompt is not ambiguous: the single-mask output, as the model was trained
+            logits, iou, _low_res = self.predictor.predict_masks(boxes=batch, return_logits=True)  # [N, H, W]
+            centres = (batch[:, :2] + batch[:, 2:]) / 2
+            self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
+                            [seed] * len(batch))
+
+    @staticmethod
+    def _without_text(found: _Candidates, max_text_share: float = 0.5) -> _Candidates:
+        """Text is segmented by the word blocks: the other seeds' candidates keep only regions
+        mostly outside them (figures and stamps, even with a few labels inside)."""
+        blocks = [decode_rle(r) for r, seed in zip(found.rles, found.seeds) if seed == "ocr_blocks"]
+        if not blocks:
+            return found
+        text = np.logical_or.reduce(blocks)
+        keep = _Candidates()
+        for i, rle in enumerate(found.rles):
+            if found.seeds[i] != "ocr_blocks":
+                mask = decode_rle(rle)
+                if np.count_nonzero(mask & text) > max_text_share * max(np.count_nonzero(mask), 1):
+                    continue
+            for name in ("rles", "boxes", "scores", "stability", "seeds", "points"):
+                getattr(keep, name).append(getattr(found, name)[i])
+        return keep
+
+    def _add_word_blocks(self, found: _Candidates, blocks: np.ndarray, size: tuple[int, int]) -> None:
+        """Each block's words' box is a candidate as it is (score 1 until it is named): a text region
+        is the box around its words, which the decoder's stride-4 mask only approximates."""
+        h, w = size
+        for box in blocks:
+            x0, y0 = int(np.floor(box[0])), int(np.floor(box[1]))
+            x1, y1 = max(int(np.ceil(box[2])), x0 + 1), max(int(np.ceil(box[3])), y0 + 1)
+            mask = np.zeros((h, w), dtype=bool)
+            mask[y0:y1, x0:x1] = True
+            found.rles.append(encode_rle(mask))
+            found.boxes.append(torch.tensor([x0, y0, min(x1, w), min(y1, h)], dtype=torch.float32))
+            found.scores.append(torch.tensor(1.0))
+            found.stability.append(torch.tensor(1.0))
+            found.seeds.append("ocr_blocks")
+            found.points.append(np.array([(x0 + x1) / 2, (y0 + y1) / 2], np.float32))
 
     def class_answers(self) -> dict[str, np.ndarray]:
         """class name -> bool [H, W]: the model's answer to the class's question on the set page."""
@@ -406,10 +571,28 @@ class PageSegmenter:
                        point=(float(found.points[i][0]), float(found.points[i][1])))
                 for i in kept]
 
+    def word_probabilities(self) -> np.ndarray | None:
+        """The set page's word-class probabilities when regions are named by words, else None."""
+        if self.class_source == "answers":
+            return None
+        probs = getattr(self.predictor, "word_class_probabilities", lambda: None)()
+        if probs is None and self.class_source == "words":
+            raise ValueError("class_source='words' but the model has no word-class head (model.word_classes): "
+                             "use class_source='answers'")
+        return probs
+
     def _name_regions(self, regions: list[SegmentedRegion], class_masks: dict[str, np.ndarray]) -> None:
-        for region, (name, iou) in zip(regions, assign_categories([r.mask for r in regions], class_masks, self.min_class_iou,
-                                                                  self.min_region_area)):
-            region.category, region.category_score = name, iou
+        masks = [r.mask for r in regions]
+        names = assign_categories(masks, class_masks, self.min_class_iou, self.min_region_area,
+                                  measure=self.class_match) if class_masks else [(UNCLASSIFIED, 0.0)] * len(masks)
+        probs = self.word_probabilities()
+        if probs is not None:
+            by_words = classes_from_words(masks, self.predictor.page.word_boxes, probs, REGION_CLASSES)
+            names = [w if w is not None else a for w, a in zip(by_words, names)]
+        for region, (name, score) in zip(regions, names):
+            region.category, region.category_score = name, score
+            if region.seed == "ocr_blocks" and self.block_masks == "words":
+                region.score = score          # no decoder mask to rate: the class's confidence ranks it
 
 
 # ---- outputs -----------------------------------------------------------------------------------

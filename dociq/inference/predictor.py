@@ -48,6 +48,7 @@ from dociq.data.image_io import load_page_image, to_rgb_array
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+from dociq.models.grounding import first_subtokens
 from dociq.models.word_snap import snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
@@ -262,6 +263,22 @@ class Predictor:
         masks, scores, low_res = self._decode(prompts, multimask_output, return_logits, threshold)
         return (masks, scores, low_res) if multimask_output or return_logits else (masks, scores)
 
+    @torch.no_grad()
+    def word_class_probabilities(self) -> np.ndarray | None:
+        """float [N, len(REGION_CLASSES)]: the layout class probabilities of each of the set page's N
+        OCR words (the word-class head on its first sub-token; a row of zeros for a word the token
+        budget left out), or None when the model has no word-class head."""
+        page = self.page
+        logits = self.model.word_class_logits(page.embedding)
+        if logits is None:
+            return None
+        word_index = page.ocr_word_index.to(logits.device)
+        first = first_subtokens(word_index)[0]
+        out = np.zeros((len(page.words), logits.shape[-1]), np.float32)
+        if len(page.words) and self.use_ocr:
+            out[word_index[0, first].cpu().numpy()] = logits[0, first].softmax(-1).float().cpu().numpy()
+        return out
+
     def predict_masks(self, question: str | Sequence[str] | None = None, points: Any = None,
                       point_labels: Any = None, boxes: Any = None, mask_input: Any = None,
                       multimask_output: bool = False, return_logits: bool = False,
@@ -277,7 +294,8 @@ class Predictor:
         """Question tower + word grounding + mask decoder on the cached page embedding."""
         page = self.page
         question_ids, points, mask_prompt, ambiguous = self._prompt_tensors(prompts, page.scale)
-        question_tokens, grounding = None, None
+        question_tokens, match, word_pos = None, None, None
+        has_question = torch.zeros(prompts.count, dtype=torch.bool, device=self.device)
         if question_ids is not None:
             question_tokens = self.model.encode_questions(question_ids.to(self.device))
             match, word_pos = lexical_match([page.words if self.use_ocr else []], [prompts.questions],
@@ -285,9 +303,9 @@ class Predictor:
                                             self.max_question_words, self.question_tokenizer.context_length)
             if not self.use_lexical_match:
                 match = torch.zeros_like(match)
+            match, word_pos = match[0].to(self.device), word_pos[0].to(self.device)
             has_question = (question_ids != 0).any(1).to(self.device)
-            grounding = self.model.ground(page.embedding, question_tokens, match[0].to(self.device),
-                                          word_pos[0].to(self.device), has_question)
+        grounding = self.model.ground(page.embedding, question_tokens, match, word_pos, has_question, points)
         emb = page.embedding
         masks, iou = self.model.decode(emb.image, emb.high_res, question_tokens, points, mask_prompt, grounding)
         if multimask_output:                         # SAM: the 3 multimask tokens

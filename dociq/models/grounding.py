@@ -17,7 +17,13 @@ of several. `WordGrounding` lets the prompt reach the OCR words at word resoluti
    embedding, SAM's slot for mask prompts) and one at stride 4 (added to the decoder's
    upscaled features just before the hypernetwork product, so masks can follow word edges).
 
-Prompts without a question (points / box only) get zero maps: the decoder then behaves as SAM.
+Clicks take the same path (`click_words`): a click lands on words, and the words under it, with
+their line and column, say which region is meant far better than a Gaussian bump at stride 16 can.
+The word nearest each click (within `click_margin` layout units) is tagged as clicked, positive or
+negative, and the tokens on its line and in its column get the click's row / column roles, as
+matched question words do; the same transformer then spreads the click to its block.
+
+Prompts with neither a question nor a click on words get zero maps: the decoder then behaves as SAM.
 """
 from __future__ import annotations
 
@@ -112,6 +118,31 @@ def matched_on_line_and_column(matched: Tensor, boxes: Tensor) -> tuple[Tensor, 
     return in_row.view(n, j, t), in_column.view(n, j, t)
 
 
+@torch.no_grad()   # geometry of the inputs: no parameters inside
+def clicked_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Tensor, input_size: int,
+                  margin: float) -> Tensor:
+    """Which tokens each prompt's clicks fall on: float [N, 2, T], row 0 positive clicks, row 1
+    negative. A click takes the word whose box is nearest to it (distance 0 inside the box), all
+    of that word's sub-tokens, if that distance is at most `margin` layout units; a click on an
+    empty margin takes no word. coords float [N, P, 2] pixel indices of the square input frame,
+    labels [N, P] (1 positive, 0 negative, others ignored), boxes [B, T, 4] in 0..LAYOUT_SCALE,
+    word_index long [B, T] (-1: special or padding), N = B*Q image-major."""
+    n, b = coords.shape[0], boxes.shape[0]
+    q = n // b
+    xy = (coords.float() + 0.5) / input_size * LAYOUT_SCALE                       # pixel centres
+    bx = boxes.float().repeat_interleave(q, dim=0)[:, None]                         # [N, 1, T, 4]
+    x, y = xy[..., 0:1], xy[..., 1:2]                                              # [N, P, 1]
+    dx = (bx[..., 0] - x).clamp(min=0) + (x - bx[..., 2]).clamp(min=0)
+    dy = (bx[..., 1] - y).clamp(min=0) + (y - bx[..., 3]).clamp(min=0)
+    dist = torch.hypot(dx, dy)                                                      # [N, P, T]
+    is_word = (word_index >= 0).repeat_interleave(q, dim=0)[:, None]
+    dist = dist.masked_fill(~is_word, float("inf"))
+    nearest = dist.amin(dim=-1, keepdim=True)
+    hit = (dist <= nearest + 1e-3) & (nearest <= margin)
+    rows = [(hit & (labels == label)[..., None]).any(dim=1) for label in (POSITIVE_LABEL, NEGATIVE_LABEL)]
+    return torch.stack(rows, dim=1).float()
+
+
 class BoxFourierFeatures(nn.Module):
     """Box centre (sin/cos at octave frequencies) and size -> `dim`. Dot products of these
     features are smooth functions of centre differences: "same row", "same column"."""
@@ -156,18 +187,28 @@ class Grounding:
     high_res: Tensor           # [N, C/8, 4h, 4w] stride-4 map (likewise)
     coverage_high_res: Tensor  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens only)
     words: Tensor              # bool [B, T] the rasterised tokens (first sub-token of each word)
+    active: Tensor             # bool [N] prompts with a question or a click on words (maps not zero)
 
 
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
                  mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True,
-                 window: int | None = None) -> None:
+                 window: int | None = None, click_words: bool = False, click_margin: float = 20.0) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
         tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
         alignment: also tell each token which question words are matched on its text line and in
-        its column (a table cell is where the row key's line crosses the header's column)."""
+        its column (a table cell is where the row key's line crosses the header's column).
+        click_words: clicks tag the word they fall on (see `clicked_words`; off in checkpoints
+        made before it existed); click_margin: how far from a word, in layout units (0..1000 of
+        the page frame), a click still takes it."""
         super().__init__()
         self.alignment = alignment
+        self.click_words, self.click_margin = bool(click_words), float(click_margin)
+        if self.click_words:
+            # [positive, negative]: the clicked word itself, tokens on its line, tokens in its column
+            self.click_embed = nn.Parameter(torch.randn(2, dim) * 0.02)
+            self.click_row = nn.Parameter(torch.randn(2, dim) * 0.02)
+            self.click_column = nn.Parameter(torch.randn(2, dim) * 0.02)
         if alignment:
             self.row_role = nn.Linear(dim, dim)
             self.column_role = nn.Linear(dim, dim)
@@ -189,12 +230,13 @@ class WordGrounding(nn.Module):
 
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
-                grid: tuple[int, int]) -> Grounding:
+                grid: tuple[int, int], clicked: Tensor | None = None) -> Grounding:
         """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
         (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
         [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
-        [N,J] (CLIP position of content word j, -1 none), has_question bool [N]. grid: the
-        stride-16 (h, w) of the decoder's image embedding."""
+        [N,J] (CLIP position of content word j, -1 none), has_question bool [N], clicked float
+        [N, 2, T] (`clicked_words`; only with click_words). grid: the stride-16 (h, w) of the
+        decoder's image embedding."""
         b, t, _ = text_tokens.shape
         n = question_tokens.shape[0]
         if n % b:
@@ -202,6 +244,12 @@ class WordGrounding(nn.Module):
         q = n // b
         x = self.text_in(text_tokens).repeat_interleave(q, dim=0)                 # [N, T, C]
         x = x + self._match_features(question_tokens, match, word_pos, boxes)
+        active = has_question.bool()
+        if clicked is not None:
+            if not self.click_words:
+                raise ValueError("WordGrounding got clicks but was built with click_words=False")
+            x = x + self._click_features(clicked, boxes)
+            active = active | clicked.flatten(1).bool().any(1)
         pos = self.pos(boxes).repeat_interleave(q, dim=0)
         key_mask = token_mask.bool().repeat_interleave(q, dim=0)
         x = x + pos
@@ -211,13 +259,22 @@ class WordGrounding(nn.Module):
         relevance = self.relevance_head(x)                                           # [N, T, 1]
         feats = torch.cat([x, relevance], dim=-1)
         words = first_subtokens(word_index) & token_mask.bool()
-        gate = has_question.to(x.dtype)[:, None, None, None]
+        gate = active.to(x.dtype)[:, None, None, None]
         h, w = grid
         cov16 = box_coverage(boxes, h, w) * words[..., None]
         cov4 = box_coverage(boxes, 4 * h, 4 * w) * words[..., None]
         dense = rasterise(self.to_dense(feats), cov16, (h, w)) * gate
         high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w)) * gate
-        return Grounding(relevance[..., 0], dense, high_res, cov4, words)
+        return Grounding(relevance[..., 0], dense, high_res, cov4, words, active)
+
+    def _click_features(self, clicked: Tensor, boxes: Tensor) -> Tensor:
+        """Per token: the click roles of the word it is (clicked), of the clicked word on its line,
+        and of the clicked word in its column. clicked [N, 2, T] -> [N, T, C]."""
+        clicked = clicked.to(self.click_embed.dtype)
+        in_row, in_column = matched_on_line_and_column(clicked, boxes)
+        return (torch.einsum("nkt,kc->ntc", clicked, self.click_embed)
+                + torch.einsum("nkt,kc->ntc", in_row.to(clicked.dtype), self.click_row)
+                + torch.einsum("nkt,kc->ntc", in_column.to(clicked.dtype), self.click_column))
 
     def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor) -> Tensor:
         """Per token: sum over the question words it matches of (role of that word + grade

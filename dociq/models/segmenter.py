@@ -12,7 +12,7 @@ stride 16 (to the dense prompt embedding) and stride 4 (to the upscaled features
 
     page = model.embed_page(batch)                       # once per page (SAM's set_image)
     q = model.encode_questions(question_ids)             # once per step
-    g = model.ground(page, q, match, word_pos, has_question)
+    g = model.ground(page, q, match, word_pos, has_question, points)   # again when clicks change
     masks, iou = model.decode(page.image, page.high_res, q, points, mask_prompt, g)   # per round
 """
 from __future__ import annotations
@@ -24,9 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dociq.data.schema import REGION_CLASSES
 from dociq.models.common import LayerNorm2d
 from dociq.models.document_model import DocumentModel
-from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding
+from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding, clicked_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
@@ -58,8 +59,9 @@ class SegmentationModel(DocumentModel):
     def __init__(self, image_encoder, text_encoder, fusion, neck: ImageEmbeddingNeck,
                  prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder,
                  grounding: WordGrounding | None = None, box_maps: BoxMaps | None = None,
-                 click_maps: ClickMaps | None = None) -> None:
+                 click_maps: ClickMaps | None = None, word_class_head: nn.Module | None = None) -> None:
         super().__init__(image_encoder, text_encoder, fusion)
+        self.word_class_head = word_class_head
         self.box_maps = box_maps
         self.click_maps = click_maps
         self.neck = neck
@@ -101,8 +103,12 @@ class SegmentationModel(DocumentModel):
         # Absent from the configs of checkpoints made before click maps existed: off, so they load.
         click_maps = ClickMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
             if model.get("click_maps", False) else None
+        # The layout class of every OCR word (REGION_CLASSES), read off the fused text stream
+        # (LayoutLM's token classification): it names the regions segment-page finds.
+        word_class_head = nn.Sequential(nn.LayerNorm(doc.dim), nn.Linear(doc.dim, len(REGION_CLASSES))) \
+            if model.get("word_classes", False) else None
         return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding,
-                   box_maps, click_maps)
+                   box_maps, click_maps, word_class_head)
 
     def embed_page(self, batch: Mapping[str, Any]) -> "PageEmbedding":
         """Page (+ OCR) -> the decoder's image embedding, the skip maps and the fused OCR tokens:
@@ -111,22 +117,47 @@ class SegmentationModel(DocumentModel):
         return PageEmbedding(self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]], text,
                              batch["ocr_boxes"], batch["ocr_mask"], batch["ocr_word_index"])
 
+    def word_class_logits(self, page: "PageEmbedding") -> Tensor | None:
+        """[B, T, len(REGION_CLASSES)] layout class logits of every OCR token, or None without the head."""
+        return None if self.word_class_head is None else self.word_class_head(page.text)
+
     def embed_image(self, batch: Mapping[str, Any]) -> tuple[Tensor, list[Tensor]]:
         """Page (+ OCR) -> decoder image embedding [B, C, h, w] and [stride-4, stride-8] skip maps."""
         page = self.embed_page(batch)
         return page.image, page.high_res
 
     def ground(self, page: "PageEmbedding", question_tokens: Tensor | None, match: Tensor | None,
-               word_pos: Tensor | None, has_question: Tensor) -> Grounding | None:
-        """Per-prompt word grounding (dociq.models.grounding), or None when the model has no
-        grounding module or no prompt has a question. match uint8 [N,J,T], word_pos [N,J]."""
-        if self.grounding is None or question_tokens is None or not bool(has_question.any()):
+               word_pos: Tensor | None, has_question: Tensor,
+               points: tuple[Tensor, Tensor] | None = None) -> Grounding | None:
+        """Per-prompt word grounding (dociq.models.grounding) of the questions and, when the
+        grounding has `click_words`, of the clicks in `points` (coords [N, P, 2] pixels of the
+        input frame, labels [N, P]); None when the model has no grounding module or no prompt has
+        a question or a click on words. match uint8 [N,J,T], word_pos [N,J]."""
+        if self.grounding is None:
             return None
-        if match is None or word_pos is None:
+        clicked = None
+        if self.grounding.click_words and points is not None:
+            clicked = clicked_words(points[0], points[1], page.boxes, page.word_index,
+                                    self.prompt_encoder.input_image_size[0], self.grounding.click_margin)
+        has_click = clicked.flatten(1).any(1) if clicked is not None else torch.zeros_like(has_question)
+        if not bool((has_question | has_click).any()):
+            return None
+        n = has_question.shape[0]
+        if question_tokens is None:
+            question_tokens = self.prompt_encoder.question_encoder.no_question_tokens(n)
+        if bool(has_question.any()) and (match is None or word_pos is None):
             raise KeyError("the word-grounding path needs the lexical match of the questions: batch keys "
                            "`prompt_match` and `prompt_word_pos` (DocumentCollator with questions=true makes them)")
+        if match is None or word_pos is None:
+            t = page.boxes.shape[1]
+            match = torch.zeros(n, 1, t, dtype=torch.uint8, device=page.boxes.device)
+            word_pos = torch.full((n, 1), -1, dtype=torch.long, device=page.boxes.device)
+        else:
+            # a prompt whose question was dropped keeps no trace of it (its click is grounded alone)
+            match = match * has_question[:, None, None].to(match.dtype)
+            word_pos = torch.where(has_question[:, None], word_pos, torch.full_like(word_pos, -1))
         return self.grounding(page.text, page.boxes, page.token_mask, page.word_index, question_tokens,
-                              match, word_pos, has_question, tuple(page.image.shape[-2:]))
+                              match, word_pos, has_question, tuple(page.image.shape[-2:]), clicked)
 
     def encode_questions(self, question_ids: Tensor) -> Tensor:
         """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
@@ -222,6 +253,8 @@ def remove_ocr_words(batch: dict) -> dict:
     out["ocr_mask"] = keep.gather(1, order)
     out["ocr_boxes"] = batch["ocr_boxes"].gather(1, order[..., None].expand(-1, -1, 4))
     out["ocr_word_index"] = batch["ocr_word_index"].gather(1, order)
+    if "ocr_word_class" in batch:   # special tokens only: no word has a class
+        out["ocr_word_class"] = batch["ocr_word_class"].gather(1, order).clamp(max=-1)
     if "prompt_match" in batch:   # no words left to match
         out["prompt_match"] = batch["prompt_match"].new_zeros(*batch["prompt_match"].shape[:3], t)
     return out

@@ -89,6 +89,8 @@ def part_config(size: str, part: str) -> dict[str, Any]:
 
 def model_config(size: str) -> dict[str, Any]:
     """The `model` config group of configs/model/<size>.yaml: the size, the page side (the image
-    encoder's `img_size`), no per-part overrides, and the prompt maps switched on."""
+    encoder's `img_size`), no per-part overrides, and the prompt maps, clicked words and word classes
+    switched on. (Switches absent from a stored config mean off, so older checkpoints build as they were.)"""
     return {"size": size, "image_size": int(part_config(size, "image_encoder")["img_size"]),
-            "mask_unit_px": 32, **{part: {} for part in PARTS}, "box_maps": True, "click_maps": True}
+            "mask_unit_px": 32, **{part: {} for part in PARTS}, "grounding": {"click_words": True},
+            "box_maps": True, "click_maps": True, "word_classes": True}

@@ -170,3 +170,25 @@ def test_a_landscape_page_whose_rounded_width_would_overshoot_the_frame_collates
     batch = DocumentCollator(256, question_tokenizer=QuestionTokenizer(32), questions=True, seed=0)([page])
     target = batch["masks"][0, 0]
     assert target.shape == (256, 256) and target[:, 255].any() and not target[60:].any()
+
+
+def test_every_token_carries_the_class_of_the_smallest_region_holding_its_word():
+    from dociq.data.schema import REGION_CLASSES, Region
+    page = make_page()
+    h, w = page.image.shape[:2]
+    full = np.ones((h, w), bool)
+    page.regions = [Region("table", np.array([0, 0, 100, 100.]), full, word_ids=[0, 1, 2]),
+                    Region("table_cell", np.array([50, 45, 100, 65.]), full, word_ids=[2]),
+                    Region("doodle", np.array([0, 0, 50, 50.]), full, word_ids=[0]),     # not a layout class
+                    Region("title", np.array([0, 0, 10, 10.]), full, word_ids=[7])]      # a stale word id
+    collate = DocumentCollator(image_size=256, questions=True, question_tokenizer=QuestionTokenizer(32), seed=0)
+    batch = collate([page])
+    classes, word_index = batch["ocr_word_class"][0], batch["ocr_word_index"][0]
+    expected = {0: "table", 1: "table", 2: "table_cell"}
+    for token, word in enumerate(word_index.tolist()):
+        want = -1 if word < 0 else REGION_CLASSES.index(expected[word])
+        assert classes[token].item() == want, (token, word)
+    # "$1,234.00" is several sub-tokens: all of them are cells
+    assert (word_index == 2).sum() > 1
+    page.regions = []                                            # no regions: nothing to learn from
+    assert (collate([page])["ocr_word_class"] == -1).all()

@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 PROMPT_KINDS = ("question", "box", "point")
 # focal 1 : dice 1 (not SAM's 20 : 1, which a small model trained for minutes answers with
 # "background everywhere"), IoU-head MSE, and the word-grounding BCE.
-DEFAULT_LOSS = {"focal": 1.0, "dice": 1.0, "iou": 1.0, "word": 1.0}
+DEFAULT_LOSS = {"focal": 1.0, "dice": 1.0, "iou": 1.0, "word": 1.0, "word_class": 1.0}
 FREEZABLE = ("image_encoder", "text_encoder", "fusion")
-HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps", "click_maps")
+HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps", "click_maps", "word_class_head")
 
 
 # ---- the task ----------------------------------------------------------------------------------
@@ -255,17 +255,23 @@ class SegmentTask(DociqTask):
         match, word_pos = batch.get("prompt_match"), batch.get("prompt_word_pos")
         if match is not None and not self.use_lexical_match:   # ablation: the words, but no match feature
             match = torch.zeros_like(match)
-        grounding = self.model.ground(page, question_tokens,
-                                      None if match is None else match.flatten(0, 1),
-                                      None if word_pos is None else word_pos.flatten(0, 1), has_question)
+        match = None if match is None else match.flatten(0, 1)
+        word_pos = None if word_pos is None else word_pos.flatten(0, 1)
+        grounding = self.model.ground(page, question_tokens, match, word_pos, has_question, points)
         mask_prompt, total, per_round = None, 0.0, []
         w = self.loss_weights
         word = None
+        word_class = word_class_loss(self.model.word_class_logits(page), batch.get("ocr_word_class"))
+        if word_class is not None and w["word_class"] > 0:
+            total = total + w["word_class"] * word_class.loss
         if grounding is not None:
-            word = word_relevance_loss(grounding, targets, valid & has_question)
+            word = word_relevance_loss(grounding, targets, valid & grounding.active)
             if w["word"] > 0:
                 total = total + w["word"] * word.loss
         for r in range(rounds):
+            if r > 0 and self.model.grounding is not None and self.model.grounding.click_words:
+                # the correction clicks land on words too: ground them as the Predictor would
+                grounding = self.model.ground(page, question_tokens, match, word_pos, has_question, points)
             all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt,
                                                    grounding)
             masks, iou = choose_outputs(all_masks, all_iou, ambiguous)
@@ -286,7 +292,7 @@ class SegmentTask(DociqTask):
                 ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
         final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
         return {"loss": total, "rounds": per_round, "masks": final, "targets": targets, "valid": valid,
-                "points": points, "mask_prompt": mask_prompt, "word": word,
+                "points": points, "mask_prompt": mask_prompt, "word": word, "word_class": word_class,
                 "relevance": None if grounding is None else grounding.relevance}
 
     # ---- Lightning hooks ---------------------------------------------------------------------
@@ -305,6 +311,9 @@ class SegmentTask(DociqTask):
         if out["word"] is not None:
             self.log_dict({"train/word_bce": out["word"].loss.detach(), "train/word_acc": out["word"].accuracy},
                           on_step=True, batch_size=bs)
+        if out["word_class"] is not None:
+            self.log_dict({"train/word_class_ce": out["word_class"].loss.detach(),
+                           "train/word_class_acc": out["word_class"].accuracy}, on_step=True, batch_size=bs)
         return out["loss"]
 
     def validation_step(self, batch, batch_idx):
@@ -319,6 +328,9 @@ class SegmentTask(DociqTask):
                 main_loss = out["loss"]
                 self.log("val/loss", out["loss"].detach(), prog_bar=True, on_epoch=True,
                          batch_size=batch["image"].shape[0])
+                if out["word_class"] is not None:   # how well the page's words are classified
+                    self.log("val/word_class_acc", out["word_class"].accuracy, on_epoch=True,
+                             batch_size=batch["image"].shape[0])
         return main_loss
 
     def on_fit_start(self) -> None:
@@ -363,6 +375,19 @@ def word_relevance_loss(grounding: Grounding, targets: Tensor, prompts: Tensor) 
     bce = F.binary_cross_entropy_with_logits(logits[scored], labels[scored])
     acc = ((logits[scored] > 0) == (labels[scored] > 0.5)).float().mean()
     return WordLoss(bce, acc.detach())
+
+
+def word_class_loss(logits: Tensor | None, labels: Tensor | None) -> WordLoss | None:
+    """Cross-entropy of the word-class head over the tokens with a class (labels >= 0); None
+    without the head, the labels, or a labelled token (a page without OCR words)."""
+    if logits is None or labels is None:
+        return None
+    scored = labels >= 0
+    if not bool(scored.any()):
+        return None
+    ce = F.cross_entropy(logits[scored], labels[scored])
+    acc = (logits[scored].argmax(-1) == labels[scored]).float().mean()
+    return WordLoss(ce, acc.detach())
 
 
 # ---- checkpoint reading ------------------------------------------------------------------------
