@@ -208,6 +208,9 @@ class ScriptedPredictor:
         self.page = SimpleNamespace(original_size=image.shape[:2], words=list(words or []),
                                     word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes)
 
+    def word_class_probabilities(self):                  # a model without the word-class head
+        return None
+
     def predict_masks(self, question=None, points=None, boxes=None, multimask_output=False, return_logits=False):
         h, w = self.size
         if boxes is not None:                            # the object whose box it is, one mask each

@@ -18,6 +18,7 @@ from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.evaluation import heldout
 from dociq.evaluation.heldout import (PROMPT_SETS, VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
                                       load_task)
+from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
 
 
@@ -58,15 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     coco.add_argument("--points-per-side", type=int, default=16)
     coco.add_argument("--seeds", nargs="+", default=None, help="segmenter seeds among grid ocr_lines ocr_blocks "
                       "class_boxes (default: ocr_blocks class_boxes)")
-    coco.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
-                      help="segmenter: name a region by IoU with a class answer's part, or by its share inside it")
-    coco.add_argument("--block-masks", default="words", choices=["words", "model"],
-                      help="segmenter, ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
-    coco.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
-                      help="segmenter: name regions by the class answers or the word-class head (auto: the head "
-                           "when the model has one)")
-    coco.add_argument("--snap-regions", action="store_true",
-                      help="segmenter: snap the regions' text parts to their words' box")
+    add_region_options(coco, snap_flag="--snap-regions")
     coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
     coco.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--heuristics", action="store_true",
@@ -88,8 +81,7 @@ def run(args) -> int:
                 _category_map(args.category_map), points_per_side=args.points_per_side,
                 **({"seeds": args.seeds} if args.seeds else {}),
                 pred_iou_thresh=args.pred_iou_thresh, stability_score_thresh=args.stability_score_thresh,
-                class_match=args.class_match, snap=args.snap_regions, class_source=args.class_source,
-                block_masks=args.block_masks)
+                **region_options(args))
             continue
         task = load_task(path)
         data = None

@@ -50,14 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed kinds (default: ocr_blocks class_boxes): ocr_blocks, the OCR text blocks (see "
                         "--block-masks); class_boxes, the boxes of the class answers' parts; grid and ocr_lines, "
                         "SAM-style clicks")
-    p.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
-                   help="name a region by its IoU with a part of a class answer, or by its share inside the answer")
-    p.add_argument("--snap", action="store_true", help="snap the regions' text parts to their words' box")
-    p.add_argument("--block-masks", default="words", choices=["words", "model"],
-                   help="ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
-    p.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
-                   help="name regions by the class questions' answers or by the word-class head "
-                        "(auto: words when the model has the head)")
+    add_region_options(p, snap_flag="--snap")
     p.add_argument("--pred-iou-thresh", type=float, default=0.5)
     p.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--box-nms-thresh", type=float, default=0.7)
@@ -65,6 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-classify", action="store_true", help="do not ask the class questions")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     return p
+
+
+def add_region_options(group, snap_flag: str) -> None:
+    """How PageSegmenter finds text regions and names them (shared with `dociq eval --data coco`)."""
+    group.add_argument("--block-masks", default="words", choices=["words", "model"],
+                       help="ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
+    group.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
+                       help="name regions by the class questions' answers or by the word-class head "
+                            "(auto: words when the model has the head)")
+    group.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
+                       help="name a region by its IoU with a part of a class answer, or by its share inside it")
+    group.add_argument(snap_flag, dest="snap_regions", action="store_true",
+                       help="snap the regions' text parts to their words' box")
+
+
+def region_options(args) -> dict:
+    """PageSegmenter's keyword arguments from `add_region_options`."""
+    return {"block_masks": args.block_masks, "class_source": args.class_source, "class_match": args.class_match,
+            "snap": args.snap_regions}
 
 
 def _page_input(args) -> tuple[np.ndarray, Any, Any]:
@@ -97,8 +109,7 @@ def run(args) -> int:
                               pred_iou_thresh=args.pred_iou_thresh,
                               stability_score_thresh=args.stability_score_thresh,
                               box_nms_thresh=args.box_nms_thresh, min_region_area=args.min_region_area,
-                              classify=not args.no_classify, class_match=args.class_match, snap=args.snap,
-                              class_source=args.class_source, block_masks=args.block_masks)
+                              classify=not args.no_classify, **region_options(args))
     regions = segmenter.segment(image, words=words, word_boxes=boxes, ocr=None if words is not None else args.ocr)
     Image.fromarray(draw_overlay(image, regions)).save(args.out)
     for r in regions:

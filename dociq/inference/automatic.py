@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -312,12 +312,11 @@ def classes_from_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarra
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     probs = np.asarray(word_probs, dtype=np.float64)
     read = probs.sum(1) > 0
+    cx, cy = ((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), ((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64)
     out: list[tuple[str, float] | None] = []
     for mask in region_masks:
         h, w = mask.shape
-        cx = np.clip(((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), 0, w - 1)
-        cy = np.clip(((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64), 0, h - 1)
-        inside = mask[cy, cx] & read if len(boxes) else np.zeros(0, bool)
+        inside = mask[cy.clip(0, h - 1), cx.clip(0, w - 1)] & read
         if not inside.any():
             out.append(None)
             continue
@@ -338,6 +337,9 @@ class _Candidates:
     stability: list[torch.Tensor] = field(default_factory=list)
     seeds: list[str] = field(default_factory=list)
     points: list[np.ndarray] = field(default_factory=list)
+
+    def subset(self, keep: Sequence[int]) -> "_Candidates":
+        return _Candidates(*([getattr(self, f.name)[i] for i in keep] for f in fields(self)))
 
 
 class PageSegmenter:
@@ -442,7 +444,7 @@ class PageSegmenter:
         answers = self.class_answers() if self.categories and ("class_boxes" in self.seeds or (
             self.classify and self.class_source != "words")) else {}
         points, seed_names = self.seed_points(page.original_size, page.word_boxes)
-        found = _Candidates()
+        found, text = _Candidates(), None
         for start in range(0, len(points), self.points_per_batch):
             batch = points[start:start + self.points_per_batch]
             logits, iou, _low_res = self.predictor.predict_masks(points=batch[:, None, :], multimask_output=True,
@@ -454,11 +456,11 @@ class PageSegmenter:
             if self.block_masks == "model":
                 self._add_boxes(found, blocks, "ocr_blocks")
             else:
-                self._add_word_blocks(found, blocks, page.original_size)
+                text = self._add_word_blocks(found, blocks, page.original_size)
         if "class_boxes" in self.seeds:
             self._add_boxes(found, part_boxes(answers.values(), self.min_region_area), "class_boxes")
-        if "ocr_blocks" in self.seeds and self.block_masks == "words" and len(page.word_boxes):
-            found = self._without_text(found)
+        if text is not None:
+            found = self._without_text(found, text)
         regions = self._deduplicate(found)
         if self.snap and len(page.word_boxes):
             for region in regions:
@@ -482,38 +484,38 @@ class PageSegmenter:
                             [seed] * len(batch))
 
     @staticmethod
-    def _without_text(found: _Candidates, max_text_share: float = 0.5) -> _Candidates:
-        """Text is segmented by the word blocks: the other seeds' candidates keep only regions
-        mostly outside them (figures and stamps, even with a few labels inside)."""
-        blocks = [decode_rle(r) for r, seed in zip(found.rles, found.seeds) if seed == "ocr_blocks"]
-        if not blocks:
-            return found
-        text = np.logical_or.reduce(blocks)
-        keep = _Candidates()
-        for i, rle in enumerate(found.rles):
-            if found.seeds[i] != "ocr_blocks":
+    def _without_text(found: _Candidates, text: np.ndarray, max_text_share: float = 0.5) -> _Candidates:
+        """Text is segmented by the word blocks (`text`, bool [H, W]): the other seeds' candidates
+        keep only regions mostly outside them (figures and stamps, even with a few labels inside)."""
+        keep = []
+        for i, (rle, seed) in enumerate(zip(found.rles, found.seeds)):
+            if seed != "ocr_blocks":
                 mask = decode_rle(rle)
                 if np.count_nonzero(mask & text) > max_text_share * max(np.count_nonzero(mask), 1):
                     continue
-            for name in ("rles", "boxes", "scores", "stability", "seeds", "points"):
-                getattr(keep, name).append(getattr(found, name)[i])
-        return keep
+            keep.append(i)
+        return found.subset(keep)
 
-    def _add_word_blocks(self, found: _Candidates, blocks: np.ndarray, size: tuple[int, int]) -> None:
+    @staticmethod
+    def _add_word_blocks(found: _Candidates, blocks: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         """Each block's words' box is a candidate as it is (score 1 until it is named): a text region
-        is the box around its words, which the decoder's stride-4 mask only approximates."""
+        is the box around its words, which the decoder's stride-4 mask only approximates. Returns
+        the union of the blocks, bool [H, W]."""
         h, w = size
+        text = np.zeros((h, w), dtype=bool)
         for box in blocks:
             x0, y0 = int(np.floor(box[0])), int(np.floor(box[1]))
             x1, y1 = max(int(np.ceil(box[2])), x0 + 1), max(int(np.ceil(box[3])), y0 + 1)
             mask = np.zeros((h, w), dtype=bool)
             mask[y0:y1, x0:x1] = True
+            text |= mask
             found.rles.append(encode_rle(mask))
             found.boxes.append(torch.tensor([x0, y0, min(x1, w), min(y1, h)], dtype=torch.float32))
             found.scores.append(torch.tensor(1.0))
             found.stability.append(torch.tensor(1.0))
             found.seeds.append("ocr_blocks")
             found.points.append(np.array([(x0 + x1) / 2, (y0 + y1) / 2], np.float32))
+        return text
 
     def class_answers(self) -> dict[str, np.ndarray]:
         """class name -> bool [H, W]: the model's answer to the class's question on the set page."""
@@ -575,7 +577,7 @@ class PageSegmenter:
         """The set page's word-class probabilities when regions are named by words, else None."""
         if self.class_source == "answers":
             return None
-        probs = getattr(self.predictor, "word_class_probabilities", lambda: None)()
+        probs = self.predictor.word_class_probabilities()
         if probs is None and self.class_source == "words":
             raise ValueError("class_source='words' but the model has no word-class head (model.word_classes): "
                              "use class_source='answers'")
@@ -583,12 +585,14 @@ class PageSegmenter:
 
     def _name_regions(self, regions: list[SegmentedRegion], class_masks: dict[str, np.ndarray]) -> None:
         masks = [r.mask for r in regions]
-        names = assign_categories(masks, class_masks, self.min_class_iou, self.min_region_area,
-                                  measure=self.class_match) if class_masks else [(UNCLASSIFIED, 0.0)] * len(masks)
         probs = self.word_probabilities()
-        if probs is not None:
-            by_words = classes_from_words(masks, self.predictor.page.word_boxes, probs, REGION_CLASSES)
-            names = [w if w is not None else a for w, a in zip(by_words, names)]
+        names = classes_from_words(masks, self.predictor.page.word_boxes, probs, REGION_CLASSES) \
+            if probs is not None else [None] * len(masks)
+        rest = [i for i, name in enumerate(names) if name is None]     # no words, or not named by words
+        by_answers = assign_categories([masks[i] for i in rest], class_masks, self.min_class_iou,
+                                       self.min_region_area, measure=self.class_match)
+        for i, name in zip(rest, by_answers):
+            names[i] = name
         for region, (name, score) in zip(regions, names):
             region.category, region.category_score = name, score
             if region.seed == "ocr_blocks" and self.block_masks == "words":
