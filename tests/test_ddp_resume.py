@@ -13,7 +13,7 @@ import pytest
 import torch
 
 SMOKE = ["experiment=pretrain_smoke", "++model.fusion.depth=1", "++model.predictor.depth=1",
-         "trainer=ddp_cpu", "trainer.enable_progress_bar=false", "logger=csv"]
+         "trainer.enable_progress_bar=false", "logger=csv"]
 CRASH_STEP = 5        # the checkpoint before it is at step 4 (a checkpoint every 2 steps)
 MAX_STEPS = 6
 
@@ -29,8 +29,9 @@ def _ddp_env(repo_root: Path) -> dict[str, str]:
     return env
 
 
-def _train(repo_root: Path, root: Path, run: str, extra: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "train.py", *SMOKE, f"trainer.max_steps={MAX_STEPS}", f"paths.root_dir={root}",
+def _train(repo_root: Path, root: Path, run: str, extra: list[str],
+           trainer: str = "ddp_cpu") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "train.py", *SMOKE, f"trainer={trainer}", f"trainer.max_steps={MAX_STEPS}", f"paths.root_dir={root}",
            f"paths.output_dir={root}/{run}", *extra]
     return subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600,
                           env=_ddp_env(repo_root))
@@ -41,17 +42,17 @@ def _state(path: Path) -> tuple[int, dict[str, torch.Tensor]]:
     return ckpt["global_step"], ckpt["state_dict"]
 
 
-@pytest.mark.parametrize("optim", ["adamw", pytest.param("sngd", marks=pytest.mark.slow)])
-def test_a_ddp_run_resumed_after_a_crash_equals_the_uninterrupted_run(repo_root, tmp_path, optim):
-    straight = _train(repo_root, tmp_path, "straight", [f"optim={optim}"])
+def assert_resume_is_exact(repo_root: Path, tmp_path: Path, optim: str, trainer: str) -> None:
+    """A run killed after its step-4 checkpoint and resumed ends with the uninterrupted run's weights."""
+    straight = _train(repo_root, tmp_path, "straight", [f"optim={optim}"], trainer)
     assert straight.returncode == 0, straight.stderr[-3000:]
     crashed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}",
                                                       "+callbacks.crash._target_=test_exact_resume.CrashAt",
-                                                      f"+callbacks.crash.step={CRASH_STEP}"])
+                                                      f"+callbacks.crash.step={CRASH_STEP}"], trainer)
     assert crashed.returncode != 0 and "simulated crash" in crashed.stderr, crashed.stderr[-3000:]
     last = tmp_path / "crashed" / "checkpoints" / "last.ckpt"
     assert _state(last)[0] == CRASH_STEP - 1
-    resumed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}", f"ckpt_path={last}"])
+    resumed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}", f"ckpt_path={last}"], trainer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     step_a, weights_a = _state(tmp_path / "straight" / "checkpoints" / "last.ckpt")
@@ -59,7 +60,12 @@ def test_a_ddp_run_resumed_after_a_crash_equals_the_uninterrupted_run(repo_root,
     assert step_a == step_b == MAX_STEPS
     assert weights_a.keys() == weights_b.keys()
     differing = [name for name in weights_a if not torch.equal(weights_a[name], weights_b[name])]
-    assert not differing, f"{len(differing)} tensors differ after the DDP resume, e.g. {differing[:3]}"
+    assert not differing, f"{len(differing)} tensors differ after the {trainer} resume, e.g. {differing[:3]}"
+
+
+@pytest.mark.parametrize("optim", ["adamw", pytest.param("sngd", marks=pytest.mark.slow)])
+def test_a_ddp_run_resumed_after_a_crash_equals_the_uninterrupted_run(repo_root, tmp_path, optim):
+    assert_resume_is_exact(repo_root, tmp_path, optim, "ddp_cpu")
 
 
 @pytest.mark.parametrize("optim", ["adamw", pytest.param("sngd", marks=pytest.mark.slow)])

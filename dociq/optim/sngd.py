@@ -67,6 +67,8 @@ from collections import defaultdict
 from typing import Callable, Iterable, Optional
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
 from torch.optim import Optimizer
 from torch.optim.adam import adam as functional_adam
 
@@ -88,6 +90,48 @@ def _check_choice(name: str, value, choices) -> None:
 def _fused_ok(params: list) -> bool:
     """torch's fused AdamW runs on CPU and CUDA for floating-point parameters."""
     return all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (a view: in-place ops on it update the DTensor); t itself otherwise."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _chunk(n: int, world: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of `rank`'s rows when n rows are split as torch.chunk and DTensor's Shard(0) split them."""
+    size = -(-n // world)
+    start = min(n, rank * size)
+    return start, min(n, start + size)
+
+
+class _Sharding:
+    """The FSDP mesh the parameters are sharded over (rows of dim 0, one mesh dimension). The
+    subspace state of every matrix is sharded the same way, along its k projected coordinates:
+    each rank holds k / world rows of its history and momentum."""
+
+    def __init__(self, mesh) -> None:
+        self.mesh = mesh
+        self.group = mesh.get_group()
+        self.world = mesh.size()
+        self.rank = mesh.get_local_rank()
+
+    def rows(self, n: int) -> tuple[int, int]:
+        return _chunk(n, self.world, self.rank)
+
+    def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t, group=self.group)
+        return t
+
+    def sum_all(self, tensors: list) -> list:
+        """All-reduce (sum) several tensors in one collective."""
+        if not tensors:
+            return tensors
+        flat = self.sum_(torch.cat([t.reshape(-1) for t in tensors]))
+        return list(torch.split(flat, [t.numel() for t in tensors]))
+
+    def wrap(self, local: torch.Tensor, shape: tuple) -> DTensor:
+        stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
 
 
 class SubspaceNGD(Optimizer):
@@ -166,6 +210,7 @@ class SubspaceNGD(Optimizer):
         at most max_bucket_bytes of fp32 weights (the weights are never stacked; the cap bounds
         the batched state buffers and the work of one batched op)."""
         info, groups = {}, defaultdict(list)
+        sharding = self._find_sharding()
         index = 0
         for gi, group in enumerate(self.param_groups):
             for pos, p in enumerate(group["params"]):
@@ -176,7 +221,8 @@ class SubspaceNGD(Optimizer):
                 period = group["refresh_every"]
                 ranks = projection.mode_ranks(p.shape, group["rank"])
                 info[p] = dict(name=name, key=projection.name_key(name), ranks=ranks,
-                               offset=projection.name_key(name, "offset") % period)
+                               offset=projection.name_key(name, "offset") % period,
+                               rows=sharding.rows(p.shape[0]) if sharding else (0, p.shape[0]))
                 groups[(gi, ranks, p.device)].append(p)
         buckets = {}
         for key, members in groups.items():
@@ -191,7 +237,31 @@ class SubspaceNGD(Optimizer):
         for bucket, members in buckets.items():
             for p in members:
                 info[p]["bucket"] = bucket
-        return dict(info=info, buckets=buckets)
+        return dict(info=info, buckets=buckets, sharding=sharding)
+
+    def _find_sharding(self) -> Optional[_Sharding]:
+        """The mesh when the parameters are FSDP-sharded DTensors (trainer.strategy=fsdp2), else None."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        sharded = [p for p in params if isinstance(p, DTensor)]
+        if not sharded:
+            return None
+        if len(sharded) != len(params):
+            raise ValueError("SubspaceNGD: some parameters are DTensors and some are not; shard the whole "
+                             "model (trainer.strategy=fsdp2 shards every parameter of the task)")
+        mesh = sharded[0].device_mesh
+        for p in sharded:
+            if p.device_mesh != mesh or mesh.ndim != 1 or tuple(p.placements) != (Shard(0),):
+                raise ValueError(f"SubspaceNGD: a parameter is sharded as {p.placements} on a {mesh.ndim}-D "
+                                 "mesh; it supports FSDP's row sharding (Shard(0)) on one mesh dimension "
+                                 "(trainer.strategy=fsdp2), not tensor parallelism")
+        for group in self.param_groups:
+            for key, bad, fix in (("projector", "tucker", "random"), ("preconditioner", "sqrt", "ngd"),
+                                  ("fallback", "factored", "adamw")):
+                if group[key] == bad:
+                    raise ValueError(f"SubspaceNGD: {key}={bad} needs whole gradients and is not supported "
+                                     f"with sharded parameters (trainer.strategy=fsdp2); set "
+                                     f"optim.optimizer.{key}={fix}")
+        return _Sharding(mesh)
 
     @property
     def layout(self) -> dict:
@@ -338,7 +408,12 @@ class SubspaceNGD(Optimizer):
         grads = [p.grad for ps in rest for p in ps] + [p.grad for plan in plans for p in plan["ps"]]
         if not grads:
             return loss
-        norms = torch._foreach_norm(grads)
+        sharding = self.layout["sharding"]
+        norms = torch._foreach_norm([_local(g) for g in grads])
+        if sharding is not None:
+            # Whole-gradient norms (every rank then takes the same skip / zero decisions).
+            squares = sharding.sum_(torch.stack(norms).float().square())
+            norms = list(squares.sqrt().unbind())
         n_rest = sum(len(ps) for ps in rest)
         start = n_rest
         for plan in plans:
@@ -355,9 +430,28 @@ class SubspaceNGD(Optimizer):
                 self._fallback_step(group, params)
         for plan in plans:
             self._prepare(plan)
-        self._precondition_all(plans)
+        if sharding is not None:
+            # Each rank projected its own rows of the gradients: the sum is the projection.
+            for plan, low in zip(plans, sharding.sum_all([plan["low"] for plan in plans])):
+                plan["low"] = low.view_as(plan["low"])
         for plan in plans:
-            self._update(plan)
+            self._record(plan)
+        self._precondition_all(plans)
+        squares = [self._momentum(plan) for plan in plans]
+        if sharding is not None:
+            squares = sharding.sum_all(squares)
+        cores = [self._core_update(plan, sq.sqrt()) for plan, sq in zip(plans, squares)]
+        if sharding is not None:
+            # Every rank needs the whole core update to step its rows of the weights.
+            full = []
+            for plan, (update, _) in zip(plans, cores):
+                whole = update.new_zeros(update.shape[0], math.prod(plan["ranks"]))
+                whole[:, slice(*plan["k_rows"])] = update
+                full.append(whole)
+            cores = [(whole.view_as(f), gain) for whole, f, (_, gain)
+                     in zip(sharding.sum_all(full), full, cores)]
+        for plan, (update, res_gain) in zip(plans, cores):
+            self._apply(plan, update, res_gain)
         return loss
 
     def _host_read(self, norms: list) -> tuple[bool, list[bool]]:
@@ -414,20 +508,26 @@ class SubspaceNGD(Optimizer):
         bufs = entry.get("bufs")
         first, last = self.state[ps[0]], self.state[ps[-1]]
         if bufs is not None and all(first.get(n) is not None and last.get(n) is not None
-                                    and first[n].data_ptr() == bufs[n][0].data_ptr()
-                                    and last[n].data_ptr() == bufs[n][-1].data_ptr() for n in names):
+                                    and _local(first[n]).data_ptr() == bufs[n][0].data_ptr()
+                                    and _local(last[n]).data_ptr() == bufs[n][-1].data_ptr() for n in names):
             return bufs
         device = ps[0].device
-        shapes = {"history": (k, s), "momentum": (k,), "exp_avg_sq": (k,), "residual_norm": ()}
+        sharding = self.layout["sharding"]
+        # Sharded: this rank's rows of the k projected coordinates; residual_norm is one number, replicated.
+        start, stop = sharding.rows(k) if sharding else (0, k)
+        local = stop - start
+        shapes = {"history": (local, s), "momentum": (local,), "exp_avg_sq": (local,), "residual_norm": ()}
+        whole = {"history": (k, s), "momentum": (k,), "exp_avg_sq": (k,)}
         bufs = {}
         for n in names:
             # residual_norm starts at inf: the growth limit has nothing to compare with yet.
-            rows = [self.state[p][n].to(device, torch.float32) if n in self.state[p]
+            rows = [_local(self.state[p][n]).to(device, torch.float32) if n in self.state[p]
                     else torch.full(shapes[n], math.inf if n == "residual_norm" else 0.0, device=device)
                     for p in ps]
             bufs[n] = torch.stack(rows)
             for i, p in enumerate(ps):
-                self.state[p][n] = bufs[n][i]
+                row = bufs[n][i]
+                self.state[p][n] = sharding.wrap(row, whole[n]) if sharding and n in whole else row
         for p in ps:
             self.state[p].setdefault("step", 0)
         entry["bufs"] = bufs
@@ -453,63 +553,110 @@ class SubspaceNGD(Optimizer):
                 replaced.update(zip(missing, self._random(
                     group, [ps[i] for i in missing],
                     [self._refresh_count(group, ps[i], t)[0] - 1 for i in missing])))
-            for i in due:
-                self._carry_or_reset(group, hist, mom, i, replaced[i], factors[i])
+            self._carry_all(group, hist, mom, due, replaced, factors, k)
+        sharding = self.layout["sharding"]
+        info = self.layout["info"]
         low = torch.empty(len(ps), k, device=ps[0].device)
         for i, p in enumerate(ps):
-            g = p.grad
+            # Sharded: this rank's rows of the gradient against the same rows of U (the sum over
+            # ranks, taken in step(), is the projection of the whole gradient).
+            g = _local(p.grad)
+            fs = self._row_factors(factors[i], info[p]["rows"])
             if g.dim() == 2:
-                u, v = factors[i]
+                u, v = fs
                 # (G V) first: the long inner dimension on G's contiguous rows (measured faster
                 # than U^T G), then U^T (G V), an r x r product.
                 torch.mm(u.t(), torch.mm(g.float(), v), out=low[i].view(ranks))
             else:
-                low[i] = projection.project(g.unsqueeze(0).float(), [f.unsqueeze(0) for f in factors[i]]).reshape(-1)
-        hist[:, :, t % s] = low
-        plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low)
+                low[i] = projection.project(g.unsqueeze(0).float(), [f.unsqueeze(0) for f in fs]).reshape(-1)
+        plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low, t=t,
+                    k_rows=sharding.rows(k) if sharding else (0, k))
 
-    def _update(self, plan: dict) -> None:
-        """Phase 3c: momentum, graft (+ residual), W <- W (1 - lr wd) - lr update, in place."""
-        group, ps, ranks = plan["group"], plan["ps"], plan["ranks"]
-        mom, factors, low = plan["bufs"]["momentum"], plan["factors"], plan["low"]
-        mom.mul_(group["momentum"]).add_(plan["direction"].to(torch.float32))
-        mom_norm = torch.linalg.vector_norm(mom, dim=1)
+    @staticmethod
+    def _row_factors(factors: list, rows: tuple[int, int]) -> list:
+        """The factors restricted to a rank's rows of mode 0 (all of them in one process)."""
+        start, stop = rows
+        if start == 0 and stop == factors[0].shape[0]:
+            return factors
+        return [factors[0][start:stop], *factors[1:]]
+
+    def _record(self, plan: dict) -> None:
+        """The projected gradient's column in the history ring (sharded: this rank's rows of it)."""
+        hist = plan["bufs"]["history"]
+        plan["low_full"] = plan["low"]
+        plan["low"] = plan["low"][:, slice(*plan["k_rows"])]
+        hist[:, :, plan["t"] % hist.shape[2]] = plan["low"]
+
+    def _carry_all(self, group, hist, mom, due: list, replaced: dict, factors: list, k: int) -> None:
+        """Refresh members `due` into their new subspaces. Sharded, the carry mixes all k
+        coordinates: gather those members' history and momentum, carry, keep this rank's rows."""
+        sharding = self.layout["sharding"]
+        if sharding is None or group["refresh_policy"] == "reset":
+            for i in due:
+                self._carry_or_reset(group, hist, mom, i, replaced[i], factors[i])
+            return
+        start, stop = sharding.rows(k)
+        whole_h = hist.new_zeros(len(due), k, hist.shape[2])
+        whole_m = mom.new_zeros(len(due), k)
+        whole_h[:, start:stop] = hist[due]
+        whole_m[:, start:stop] = mom[due]
+        whole_h, whole_m = (w.view_as(o) for w, o in zip(sharding.sum_all([whole_h, whole_m]), (whole_h, whole_m)))
+        for j, i in enumerate(due):
+            self._carry_or_reset(group, whole_h, whole_m, j, replaced[i], factors[i])
+        hist[due] = whole_h[:, start:stop]
+        mom[due] = whole_m[:, start:stop]
+
+    def _momentum(self, plan: dict) -> torch.Tensor:
+        """m = beta m + direction; returns ||m||^2 per member (sharded: of this rank's rows)."""
+        mom = plan["bufs"]["momentum"]
+        mom.mul_(plan["group"]["momentum"]).add_(plan["direction"].to(torch.float32))
+        return mom.square().sum(dim=1)
+
+    def _core_update(self, plan: dict, mom_norm: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The update in the subspace (its rows of k) and the residual's gain, from ||m||."""
+        group, ps = plan["group"], plan["ps"]
+        mom, low = plan["bufs"]["momentum"], plan["low"]
         numel = torch.tensor([float(p.numel()) for p in ps], device=mom.device)
         target = group["scale"] * numel.sqrt()                   # ||update|| = scale sqrt(n1..nd)
+        if not group["residual"]:
+            # Graft: the update's RMS per weight is `scale` (so lr is AdamW's lr).
+            return mom * (target / mom_norm.clamp_min(1e-30))[:, None], None   # mom = 0 -> update = 0
+        # The gradient normalised to RMS `scale` per weight, with its in-subspace part
+        # U g_low V^T replaced by the momentum direction of the same norm; the rest
+        # R = g - U g_low V^T (orthogonal to the subspace) is kept, its norm growing by at
+        # most `residual_growth` per step (Fira's limiter, for when the subspace goes stale).
+        g_norm = plan["grad_norm"].clamp_min(1e-30)
+        low_norm = torch.linalg.vector_norm(plan["low_full"], dim=1)
+        gain = target / g_norm
+        res_norm = gain * (g_norm.square() - low_norm.square()).clamp_min(0).sqrt()
+        prev = plan["bufs"]["residual_norm"]
+        cap = group["residual_growth"] * prev
+        res_gain = gain * torch.where(res_norm > cap, cap / res_norm, torch.ones_like(res_norm))
+        prev.copy_(torch.minimum(res_norm, cap))
+        coef = gain * low_norm / mom_norm.clamp_min(1e-30)
+        return mom * coef[:, None] - low * res_gain[:, None], res_gain
+
+    def _apply(self, plan: dict, update: torch.Tensor, res_gain: Optional[torch.Tensor]) -> None:
+        """W <- W (1 - lr wd) - lr (U update V^T [+ res_gain g]), in place, on this rank's rows."""
+        group, ps, ranks = plan["group"], plan["ps"], plan["ranks"]
         lr, wd = group["lr"], group["weight_decay"]
         decay = 1.0 - lr * wd
-        if group["residual"]:
-            # The gradient normalised to RMS `scale` per weight, with its in-subspace part
-            # U g_low V^T replaced by the momentum direction of the same norm; the rest
-            # R = g - U g_low V^T (orthogonal to the subspace) is kept, its norm growing by at
-            # most `residual_growth` per step (Fira's limiter, for when the subspace goes stale).
-            g_norm = plan["grad_norm"].clamp_min(1e-30)
-            low_norm = torch.linalg.vector_norm(low, dim=1)
-            gain = target / g_norm
-            res_norm = gain * (g_norm.square() - low_norm.square()).clamp_min(0).sqrt()
-            prev = plan["bufs"]["residual_norm"]
-            cap = group["residual_growth"] * prev
-            res_gain = gain * torch.where(res_norm > cap, cap / res_norm, torch.ones_like(res_norm))
-            prev.copy_(torch.minimum(res_norm, cap))
-            coef = gain * low_norm / mom_norm.clamp_min(1e-30)
-            update = mom * coef[:, None] - low * res_gain[:, None]
-        else:
-            # Graft: the update's RMS per weight is `scale` (so lr is AdamW's lr).
-            update = mom * (target / mom_norm.clamp_min(1e-30))[:, None]   # mom = 0 -> update = 0
+        info = self.layout["info"]
         for i, p in enumerate(ps):
-            fs = factors[i]
+            fs = self._row_factors(plan["factors"][i], info[p]["rows"])
+            w = _local(p)
             if p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
                 right = torch.mm(update[i].view(ranks), v.t())
-                p.addmm_(u.to(p.dtype), right.to(p.dtype), beta=decay, alpha=-lr)
+                w.addmm_(u.to(w.dtype), right.to(w.dtype), beta=decay, alpha=-lr)
             else:
                 full = projection.project_back(update[i].view(1, *ranks), [f.unsqueeze(0) for f in fs])[0]
                 if wd != 0:
-                    p.mul_(decay)
-                p.add_(full.to(p.dtype), alpha=-lr)
-            if group["residual"]:
-                p.addcmul_(p.grad, res_gain[i].to(p.dtype), value=-lr)
+                    w.mul_(decay)
+                w.add_(full.to(w.dtype), alpha=-lr)
+            if res_gain is not None:
+                w.addcmul_(_local(p.grad), res_gain[i].to(w.dtype), value=-lr)
             self.state[p]["step"] = plan["t"] + 1
 
     def _refresh_tucker(self, group, ps, due, factors, hist, mom, t) -> list:
@@ -574,8 +721,10 @@ class SubspaceNGD(Optimizer):
                 ngd[(group["damping"], group["solve_dtype"], group["max_retries"])].append(plan)
         for (damping, solve_dtype, retries), members in ngd.items():
             settings = {"damping": damping, "solve_dtype": solve_dtype, "max_retries": retries}
+            sharding = self.layout["sharding"]
             results, _, failed = self._woodbury_many(
-                [(pl["bufs"]["history"], pl["low"]) for pl in members], settings)
+                [(pl["bufs"]["history"], pl["low"]) for pl in members], settings,
+                reduce=sharding.sum_ if sharding else None)
             for pl, natural in zip(members, results):
                 pl["direction"] = natural
             count = failed.sum()
@@ -601,13 +750,15 @@ class SubspaceNGD(Optimizer):
         return results[0], lam, failed
 
     @staticmethod
-    def _woodbury_many(pairs: list, group: dict) -> tuple[list, torch.Tensor, torch.Tensor]:
+    def _woodbury_many(pairs: list, group: dict, reduce: Optional[Callable] = None
+                       ) -> tuple[list, torch.Tensor, torch.Tensor]:
         """(lam I + G G^T)^-1 g for every member of several buckets ([B_i, k_i, s] histories,
         [B_i, k_i] gradients) via Woodbury: (g - G z) / lam with (lam I_s + G^T G) z = G^T g.
         The s x s systems of all buckets are factorised together, and the retries are a ladder
         of lam values in the same batched call (no host sync); the first rung that factorises
         wins. Returns (per-bucket results in the history dtype, lam used, all rungs failed) — the last
-        two concatenated over buckets."""
+        two concatenated over buckets. `reduce` sums the Grams and G^T g over ranks in place when the
+        histories are sharded by rows (each rank then solves the same s x s systems)."""
         dtype = _DTYPES[group["solve_dtype"]]
         # The k x s products run in the history's own dtype (fp32 in the optimizer: no fp64 copy
         # of the history); only the s x s systems are promoted to solve_dtype. lam comes from the
@@ -616,6 +767,9 @@ class SubspaceNGD(Optimizer):
         gs = [grad.to(hist.dtype) for hist, grad in pairs]
         gram = torch.cat([G.transpose(1, 2) @ G for G in Gs]).to(dtype)                  # [B, s, s]
         rhs = torch.cat([(G.transpose(1, 2) @ g.unsqueeze(-1)) for G, g in zip(Gs, gs)]).to(dtype)
+        if reduce is not None:
+            packed = reduce(torch.cat([gram.reshape(-1), rhs.reshape(-1)]))
+            gram, rhs = packed[:gram.numel()].view_as(gram), packed[gram.numel():].view_as(rhs)
         lam = SubspaceNGD._lambda_from_columns(gram.diagonal(dim1=1, dim2=2), group["damping"])
         floor = torch.finfo(dtype).tiny ** 0.5
         s, R = gram.shape[2], group["max_retries"]
@@ -672,24 +826,45 @@ class SubspaceNGD(Optimizer):
         if not adam_params:
             return
         fused = _fused_ok(adam_params)
-        states = []
-        for p in adam_params:
-            st = self.state[p]
-            if "exp_avg" not in st:
-                # fused kernels want the step counter on the parameter's device
-                st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
-                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            elif fused and st["step"].device != p.device:
-                st["step"] = st["step"].to(p.device)
-            states.append(st)
+        states = [self._adam_state(p, fused) for p in adam_params]
         beta1, beta2 = group["fallback_betas"]
-        functional_adam(adam_params, [p.grad for p in adam_params],
-                        [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states],
+        # On this rank's part of sharded parameters and their (equally sharded) moments.
+        functional_adam([_local(p) for p in adam_params], [_local(p.grad) for p in adam_params],
+                        [_local(st["exp_avg"]) for st in states], [_local(st["exp_avg_sq"]) for st in states],
                         [], [st["step"] for st in states], foreach=not fused, fused=fused,
                         decoupled_weight_decay=True, amsgrad=False, beta1=beta1, beta2=beta2,
                         lr=group["lr"], weight_decay=group["weight_decay"],
                         eps=group["fallback_eps"], maximize=False)
+
+    def _adam_state(self, p: torch.Tensor, fused: bool) -> dict:
+        st = self.state[p]
+        if "exp_avg" not in st:
+            # fused kernels want the step counter on the parameter's device
+            st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        elif fused and st["step"].device != p.device:
+            st["step"] = st["step"].to(p.device)
+        return st
+
+    @torch.no_grad()
+    def init_state(self) -> None:
+        """Create every parameter's state as its first step would (zeros), without stepping. torch's
+        distributed checkpoint loading fills a checkpoint into the state that exists (under FSDP, each
+        rank's shards), and creates none itself for an optimizer that skips all-zero gradients."""
+        info = self.layout["info"]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p not in info and (group["fallback"] == "adamw" or p.dim() < 2):
+                    self._adam_state(p, _fused_ok([p]))
+        for bucket, members in self.layout["buckets"].items():
+            group = self.param_groups[bucket[0]]
+            self._bucket_state(bucket, group, members, math.prod(bucket[1]), group["history"])
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this rank holds (its shards of sharded state)."""
+        return sum(_local(v).numel() * _local(v).element_size()
+                   for st in self.state.values() for v in st.values() if torch.is_tensor(v))
 
     def _factored_step(self, group: dict, p: torch.Tensor) -> None:
         """Adafactor-style update: rank-1 factored second moment over the last two modes."""

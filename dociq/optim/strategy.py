@@ -23,6 +23,8 @@ from dociq.optim.sngd import SubspaceNGD
 SINGLE_DEVICE_NAMES = ("auto", "single_device", "sngd", None)
 DDP_NAMES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_true",
              "ddp_find_unused_parameters_false", "sngd_ddp")
+# Sharded strategies take any optimizer as it is: SubspaceNGD shards its own state over their mesh.
+FSDP_NAMES = ("fsdp2",)
 
 
 def _unwrap(optimizer):
@@ -117,13 +119,15 @@ def resolve_strategy(trainer_strategy: Optional[str], optim_strategy: Optional[s
     if optim_strategy != "sngd":
         raise ValueError(f"optim.strategy={optim_strategy!r} is unknown: configs/optim/*.yaml "
                          "may set `strategy: sngd` or `strategy: null`.")
+    if trainer_strategy in FSDP_NAMES:
+        return trainer_strategy
     multi = isinstance(devices, int) and devices > 1 or devices == -1
     if trainer_strategy in SINGLE_DEVICE_NAMES and not multi:
         return "sngd"
     if trainer_strategy in DDP_NAMES or (trainer_strategy in SINGLE_DEVICE_NAMES and multi):
         return "sngd_ddp_spawn" if trainer_strategy == "ddp_spawn" else "sngd_ddp"
     raise ValueError(f"trainer.strategy={trainer_strategy!r} cannot run SubspaceNGD: use "
-                     "trainer.strategy=auto (one device) or ddp (trainer=ddp_cpu), or pick "
+                     "trainer.strategy=auto (one device), ddp (trainer=ddp_cpu) or fsdp2 (trainer=fsdp_cpu), or pick "
                      "another optimizer with optim=adamw.")
 
 

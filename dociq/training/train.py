@@ -32,6 +32,7 @@ from dociq.training.callbacks import LoggerRunIds, RngState, SkippedPages, StopO
 from dociq.training.checkpoint_io import AtomicCheckpointIO
 from dociq.training.config import CONFIG_DIR, register_resolvers
 from dociq.training.config_checks import check_config
+from dociq.training.fsdp import FSDP2Strategy  # noqa: F401 - registers trainer.strategy=fsdp2
 from dociq.training.progress import progress_callbacks
 from dociq.training.tasks.registry import resolve_stage
 

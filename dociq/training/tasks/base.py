@@ -26,6 +26,16 @@ class DociqTask(L.LightningModule):
         """Parameters the optimizer updates (frozen parts and EMA targets excluded)."""
         return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
 
+    def configure_model(self) -> None:
+        """Under `trainer.strategy=fsdp2`, shard the task's weights over the processes
+        (dociq/training/fsdp.py); otherwise nothing to do."""
+        from dociq.training.fsdp import data_parallel_mesh, shard_task
+
+        mesh = data_parallel_mesh(self)
+        if mesh is not None and not getattr(self, "_sharded", False):
+            shard_task(self, mesh)
+            self._sharded = True
+
     def log_losses(self, split: str, out: dict[str, torch.Tensor], batch_size: int) -> None:
         """Every loss term as `<split>/<name>`: per step in training, per epoch in validation."""
         for name, value in out.items():
