@@ -11,6 +11,8 @@ from typing import Callable
 import lightning as L
 import torch
 
+from dociq.training.fsdp import data_parallel_mesh, shard_task
+
 OptimizerFactory = Callable[[list[tuple[str, torch.nn.Parameter]]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 
@@ -29,8 +31,6 @@ class DociqTask(L.LightningModule):
     def configure_model(self) -> None:
         """Under `trainer.strategy=fsdp2`, shard the task's weights over the processes
         (dociq/training/fsdp.py); otherwise nothing to do."""
-        from dociq.training.fsdp import data_parallel_mesh, shard_task
-
         mesh = data_parallel_mesh(self)
         if mesh is not None and not getattr(self, "_sharded", False):
             shard_task(self, mesh)
