@@ -52,6 +52,13 @@ Host syncs: one per step — the non-finite check on the gradients' norms (which
 host to skip the step and stop a diverged run after `max_skips_in_row`) reads the fallback
 counter in the same copy.
 
+Sharded parameters (FSDP2 DTensors, rows of dim 0 over a 1-D mesh; trainer.strategy=fsdp2): each
+rank projects its rows of the gradient with the same rows of U (factors are functions of the name,
+so no rank needs another's), the projections are summed over ranks, and history / momentum are
+kept as DTensors sharded along k: the Woodbury Grams, the momentum norms and the core updates are
+summed over ranks (one all-reduce each for all matrices), and each rank steps its own rows of W.
+Checkpoints gather and re-shard them like any DTensor state (`init_state` makes the templates).
+
 State (per parameter, plain tensors and ints; `torch.load(weights_only=True)` works):
 projected: step (int), history [k, s], momentum [k] (+ residual_norm [] with the residual,
 + exp_avg_sq [k] for "adam"), and for
@@ -430,29 +437,39 @@ class SubspaceNGD(Optimizer):
                 self._fallback_step(group, params)
         for plan in plans:
             self._prepare(plan)
+        self._project_all(plans)
+        self._precondition_all(plans)
+        for plan, (update, res_gain) in zip(plans, self._core_updates(plans)):
+            self._apply(plan, update, res_gain)
+        return loss
+
+    def _project_all(self, plans: list) -> None:
+        """Phase 3a': the projected gradients into the history. Sharded, each rank projected its
+        own rows of the gradients: the sum over ranks is the projection (one all-reduce)."""
+        sharding = self.layout["sharding"]
         if sharding is not None:
-            # Each rank projected its own rows of the gradients: the sum is the projection.
             for plan, low in zip(plans, sharding.sum_all([plan["low"] for plan in plans])):
                 plan["low"] = low.view_as(plan["low"])
         for plan in plans:
             self._record(plan)
-        self._precondition_all(plans)
+
+    def _core_updates(self, plans: list) -> list:
+        """Phase 3c: momentum, then per plan (the core update [B, k], the residual's gain). Sharded,
+        the momentum norms and the core updates are summed over the ranks' rows of k (one
+        all-reduce each): every rank needs the whole core update to step its rows of the weights."""
+        sharding = self.layout["sharding"]
         squares = [self._momentum(plan) for plan in plans]
         if sharding is not None:
             squares = sharding.sum_all(squares)
         cores = [self._core_update(plan, sq.sqrt()) for plan, sq in zip(plans, squares)]
-        if sharding is not None:
-            # Every rank needs the whole core update to step its rows of the weights.
-            full = []
-            for plan, (update, _) in zip(plans, cores):
-                whole = update.new_zeros(update.shape[0], math.prod(plan["ranks"]))
-                whole[:, slice(*plan["k_rows"])] = update
-                full.append(whole)
-            cores = [(whole.view_as(f), gain) for whole, f, (_, gain)
-                     in zip(sharding.sum_all(full), full, cores)]
-        for plan, (update, res_gain) in zip(plans, cores):
-            self._apply(plan, update, res_gain)
-        return loss
+        if sharding is None:
+            return cores
+        whole = []
+        for plan, (update, _) in zip(plans, cores):
+            w = update.new_zeros(update.shape[0], math.prod(plan["ranks"]))
+            w[:, slice(*plan["k_rows"])] = update
+            whole.append(w)
+        return [(summed.view_as(w), gain) for summed, w, (_, gain) in zip(sharding.sum_all(whole), whole, cores)]
 
     def _host_read(self, norms: list) -> tuple[bool, list[bool]]:
         """The one host sync of a step: any non-finite gradient? which gradients are exactly
