@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from dociq.optim.sngd import SubspaceNGD
+from test_ddp_resume import _ddp_env
 
 
 def test_subspace_ngd_keeps_fp32_state_and_steps_bf16_weights_like_fp32_ones():
@@ -31,12 +33,13 @@ def test_subspace_ngd_keeps_fp32_state_and_steps_bf16_weights_like_fp32_ones():
     assert (weights[torch.bfloat16] - weights[torch.float32]).norm() < 0.05 * moved + 0.01 * start.norm()
 
 
-def test_a_bf16_mixed_training_step_keeps_fp32_weights(repo_root, tmp_path):
+@pytest.mark.parametrize("trainer", ["default", pytest.param("fsdp_cpu", marks=pytest.mark.slow)])
+def test_a_bf16_mixed_training_step_keeps_fp32_weights(repo_root, tmp_path, trainer):
     cmd = [sys.executable, "train.py", "experiment=pretrain_smoke", "++model.fusion.depth=1",
-           "++model.predictor.depth=1", "optim=sngd", "trainer.precision=bf16-mixed", "trainer.max_steps=2",
-           "trainer.enable_progress_bar=false", "logger=csv", f"paths.root_dir={tmp_path}",
+           "++model.predictor.depth=1", "optim=sngd", f"trainer={trainer}", "trainer.precision=bf16-mixed",
+           "trainer.max_steps=2", "trainer.enable_progress_bar=false", "logger=csv", f"paths.root_dir={tmp_path}",
            f"paths.output_dir={tmp_path}/run"]
-    out = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600, env=_ddp_env(repo_root))
     assert out.returncode == 0, out.stderr[-3000:]
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2
