@@ -20,6 +20,19 @@ FINETUNE_SMALL = ["stage=finetune", "trainer.max_steps=2", "trainer.val_check_in
                   "logger=csv"]
 
 
+@pytest.mark.parametrize("optim", ["adamw", "sngd"])
+def test_the_fsdp_trainer_configs_compose_to_the_fsdp2_strategy_for_every_optimizer(optim):
+    from dociq.training.config import compose
+    from dociq.training.train import build_strategy
+
+    gpu = compose(["stage=finetune", "trainer=fsdp", f"optim={optim}"])
+    assert (gpu.trainer.accelerator, gpu.trainer.precision, gpu.trainer.strategy) == ("gpu", "bf16-mixed", "fsdp2")
+    cpu = compose(["stage=finetune", "trainer=fsdp_cpu", f"optim={optim}"])
+    assert (cpu.trainer.accelerator, cpu.trainer.devices) == ("cpu", 2)
+    # no DDP variant, no SubspaceNGD-only strategy: FSDP2 takes every optimizer as it is
+    assert build_strategy(gpu) == build_strategy(cpu) == "fsdp2"
+
+
 def test_fsdp_trains_as_one_process_does_on_the_same_global_batch(repo_root, tmp_path):
     out = tmp_path / "equivalence.json"
     run = subprocess.run([sys.executable, "tests/fsdp_equivalence.py", "--out", str(out), "--steps", "20"],
