@@ -130,11 +130,11 @@ class _Sharding:
         return t
 
     def sum_all(self, tensors: list) -> list:
-        """All-reduce (sum) several tensors in one collective."""
+        """All-reduce (sum) several tensors in one collective; the sums come back in their shapes."""
         if not tensors:
             return tensors
         flat = self.sum_(torch.cat([t.reshape(-1) for t in tensors]))
-        return list(torch.split(flat, [t.numel() for t in tensors]))
+        return [f.view_as(t) for f, t in zip(torch.split(flat, [t.numel() for t in tensors]), tensors)]
 
     def wrap(self, local: torch.Tensor, shape: tuple) -> DTensor:
         stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
@@ -449,7 +449,7 @@ class SubspaceNGD(Optimizer):
         sharding = self.layout["sharding"]
         if sharding is not None:
             for plan, low in zip(plans, sharding.sum_all([plan["low"] for plan in plans])):
-                plan["low"] = low.view_as(plan["low"])
+                plan["low"] = low
         for plan in plans:
             self._record(plan)
 
@@ -469,7 +469,7 @@ class SubspaceNGD(Optimizer):
             w = update.new_zeros(update.shape[0], math.prod(plan["ranks"]))
             w[:, slice(*plan["k_rows"])] = update
             whole.append(w)
-        return [(summed.view_as(w), gain) for summed, w, (_, gain) in zip(sharding.sum_all(whole), whole, cores)]
+        return [(summed, gain) for summed, (_, gain) in zip(sharding.sum_all(whole), cores)]
 
     def _host_read(self, norms: list) -> tuple[bool, list[bool]]:
         """The one host sync of a step: any non-finite gradient? which gradients are exactly
@@ -617,7 +617,7 @@ class SubspaceNGD(Optimizer):
         whole_m = mom.new_zeros(len(due), k)
         whole_h[:, start:stop] = hist[due]
         whole_m[:, start:stop] = mom[due]
-        whole_h, whole_m = (w.view_as(o) for w, o in zip(sharding.sum_all([whole_h, whole_m]), (whole_h, whole_m)))
+        whole_h, whole_m = sharding.sum_all([whole_h, whole_m])
         for j, i in enumerate(due):
             self._carry_or_reset(group, whole_h, whole_m, j, replaced[i], factors[i])
         hist[due] = whole_h[:, start:stop]
@@ -741,7 +741,7 @@ class SubspaceNGD(Optimizer):
             sharding = self.layout["sharding"]
             results, _, failed = self._woodbury_many(
                 [(pl["bufs"]["history"], pl["low"]) for pl in members], settings,
-                reduce=sharding.sum_ if sharding else None)
+                reduce=sharding.sum_all if sharding else None)
             for pl, natural in zip(members, results):
                 pl["direction"] = natural
             count = failed.sum()
@@ -774,8 +774,8 @@ class SubspaceNGD(Optimizer):
         The s x s systems of all buckets are factorised together, and the retries are a ladder
         of lam values in the same batched call (no host sync); the first rung that factorises
         wins. Returns (per-bucket results in the history dtype, lam used, all rungs failed) — the last
-        two concatenated over buckets. `reduce` sums the Grams and G^T g over ranks in place when the
-        histories are sharded by rows (each rank then solves the same s x s systems)."""
+        two concatenated over buckets. `reduce` sums [Grams, G^T g] over ranks when the histories
+        are sharded by rows (each rank then solves the same s x s systems)."""
         dtype = _DTYPES[group["solve_dtype"]]
         # The k x s products run in the history's own dtype (fp32 in the optimizer: no fp64 copy
         # of the history); only the s x s systems are promoted to solve_dtype. lam comes from the
@@ -785,8 +785,7 @@ class SubspaceNGD(Optimizer):
         gram = torch.cat([G.transpose(1, 2) @ G for G in Gs]).to(dtype)                  # [B, s, s]
         rhs = torch.cat([(G.transpose(1, 2) @ g.unsqueeze(-1)) for G, g in zip(Gs, gs)]).to(dtype)
         if reduce is not None:
-            packed = reduce(torch.cat([gram.reshape(-1), rhs.reshape(-1)]))
-            gram, rhs = packed[:gram.numel()].view_as(gram), packed[gram.numel():].view_as(rhs)
+            gram, rhs = reduce([gram, rhs])
         lam = SubspaceNGD._lambda_from_columns(gram.diagonal(dim1=1, dim2=2), group["damping"])
         floor = torch.finfo(dtype).tiny ** 0.5
         s, R = gram.shape[2], group["max_retries"]

@@ -37,22 +37,19 @@ def _block_lists(module: nn.Module) -> list[nn.ModuleList]:
     return found
 
 
-def shard_task(task: nn.Module, mesh) -> int:
+def shard_task(task: nn.Module, mesh) -> None:
     """Apply `fully_shard` to every block of the task's layer lists, then to the task (the root
-    unit, gathered around each step method). Returns the number of units."""
+    unit, gathered around each step method)."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
-    units = 0
     for blocks in _block_lists(task):
         for block in blocks:
             if any(True for _ in block.parameters()):
                 fully_shard(block, mesh=mesh)
-                units += 1
     fully_shard(task, mesh=mesh)
     for name in STEP_METHODS:
         if callable(getattr(task, name, None)):
             register_fsdp_forward_method(task, name)
-    return units + 1
 
 
 class FSDP2Strategy(ModelParallelStrategy):
