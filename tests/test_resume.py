@@ -86,6 +86,27 @@ def test_resume_restores_step_optimizer_and_ema_in_process(tmp_path):
     assert torch.load(last, weights_only=True)["global_step"] == 4  # continued in the same run dir
 
 
+def test_last_ckpt_is_the_last_validated_step_when_the_metric_stops_improving(tmp_path):
+    """The best checkpoint stays at its step; last.ckpt follows every validation (Lightning's own
+    ModelCheckpoint leaves it at the best step)."""
+    from omegaconf import open_dict
+
+    from dociq.training.config import compose
+    from dociq.training.train import train
+
+    # monitoring `step` in min mode: the first validation is the best, every later one is worse
+    cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}", "trainer.max_steps=6", "trainer.val_check_interval=2",
+                           "callbacks.model_checkpoint.monitor=step", "callbacks.model_checkpoint.mode=min"],
+                  return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+    train(cfg)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("*.ckpt")) == ["last.ckpt", "step_000002.ckpt"]
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert torch.load(checkpoints / "step_000002.ckpt", weights_only=True)["global_step"] == 2
+
+
 def _fork_and_kill_during_save(path: Path, obj) -> None:
     """Fork a child that saves `obj` to `path` through train.py's checkpoint IO with a slow disk;
     SIGKILL it once the write has started."""
