@@ -84,3 +84,22 @@ def test_probe_separates_an_informative_encoder_from_a_collapsed_one():
 def test_page_std_is_zero_only_when_pages_agree():
     same = torch.randn(1, 4, 8).expand(3, 4, 8)
     assert page_std(same) < 1e-6 and page_std(torch.randn(3, 4, 8)) > 0.5
+
+
+def test_pretraining_logs_the_probe_of_both_encoders_at_every_validation(tmp_path):
+    import csv
+
+    from omegaconf import open_dict
+
+    from dociq.training.config import compose
+    from dociq.training.train import train
+
+    cfg = compose(["experiment=pretrain_smoke", "trainer.max_steps=4", "trainer.val_check_interval=2",
+                   f"paths.root_dir={tmp_path}", "trainer.enable_progress_bar=false"], return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+    metrics = train(cfg)
+    assert 0.0 <= metrics["val/probe_bacc"] <= 1.0 and 0.0 <= metrics["val/probe_bacc_target"] <= 1.0
+    with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
+        logged = [row for row in csv.DictReader(f) if row.get("val/probe_bacc")]
+    assert [int(row["step"]) for row in logged] == [1, 3]          # after steps 2 and 4

@@ -53,16 +53,26 @@ def unit_labels(page: Page, image_size: int, unit_px: int, min_cover: float = 0.
     return torch.where(cover.sum(0) >= min_cover, best, torch.zeros_like(best))
 
 
+def input_frames(pages: Sequence[Page], image_size: int) -> torch.Tensor:
+    """[P, 3, S, S] the pages as the encoder sees them (resize-longest + pad, normalised)."""
+    return torch.stack([_to_input_frame(p.image, image_size)[0] for p in pages])
+
+
 @torch.no_grad()
+def encode_images(encoder: torch.nn.Module, images: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+    """[P, N, E] dense last-stage tokens of input-frame images, in eval mode (the mode is restored)."""
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        return torch.cat([encoder(images[i:i + batch_size]).float() for i in range(0, len(images), batch_size)])
+    finally:
+        encoder.train(was_training)
+
+
 def encode_pages(encoder: torch.nn.Module, pages: Sequence[Page], image_size: int,
                  batch_size: int = 16) -> torch.Tensor:
     """[P, N, E] dense last-stage tokens of every page."""
-    encoder.eval()
-    out = []
-    for i in range(0, len(pages), batch_size):
-        images = torch.stack([_to_input_frame(p.image, image_size)[0] for p in pages[i:i + batch_size]])
-        out.append(encoder(images).float())
-    return torch.cat(out)
+    return encode_images(encoder, input_frames(pages, image_size), batch_size)
 
 
 def page_std(tokens: torch.Tensor) -> float:
@@ -118,6 +128,18 @@ class ProbeResult:
     test_units: int
 
 
+def token_probe_accuracy(train_tokens: torch.Tensor, train_labels: torch.Tensor, test_tokens: torch.Tensor,
+                         test_labels: torch.Tensor, max_iter: int = 200) -> tuple[float, float]:
+    """(accuracy, balanced accuracy) of the linear probe fitted on [P, N, E] tokens and their
+    [P * N] unit classes, scored on the test pages'; features standardised on the training pages."""
+    x_tr, x_te = (t.reshape(-1, t.shape[-1]) for t in (train_tokens, test_tokens))
+    mean, std = x_tr.mean(0), x_tr.std(0).clamp_min(1e-6)
+    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+    probe = fit_linear_probe(x_tr, train_labels, len(CLASSES), max_iter=max_iter)
+    with torch.no_grad():
+        return accuracies(probe(x_te.double()).argmax(1), test_labels)
+
+
 def probe_encoder(encoder: torch.nn.Module, train_pages: Sequence[Page], test_pages: Sequence[Page],
                   image_size: int, unit_px: int) -> ProbeResult:
     """Fit the unit-class probe on `train_pages`' tokens and score it on `test_pages`'."""
@@ -128,11 +150,7 @@ def probe_encoder(encoder: torch.nn.Module, train_pages: Sequence[Page], test_pa
     if num_units != (image_size // unit_px) ** 2:
         raise ValueError(f"encoder gives {num_units} tokens per page but image_size={image_size} and "
                          f"unit_px={unit_px} make {(image_size // unit_px) ** 2} units: check model.mask_unit_px")
-    x_tr, x_te = (f.reshape(-1, f.shape[-1]) for f in feats)
-    mean, std = x_tr.mean(0), x_tr.std(0).clamp_min(1e-6)
-    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
-    probe = fit_linear_probe(x_tr, labels[0], len(CLASSES))
-    acc, bal = accuracies(probe(x_te.double()).argmax(1), labels[1])
+    acc, bal = token_probe_accuracy(feats[0], labels[0], feats[1], labels[1])
 
     # Position alone: one-hot unit index, same classifier.
     eye = torch.eye(num_units)
