@@ -5,7 +5,9 @@
 
 Each argument is `random` or `random:SEED` (a fresh tiny Hiera, seed 0 or SEED) or a checkpoint of any stage, optionally
 suffixed `:target` to probe the EMA target encoder (`target_encoder.*`) instead of the online one.
-Pages: --train-pages from the training generator seed, --test-pages from the held-out seed.
+Pages: --train-pages from the training generator seed, --test-pages from the held-out seed; with
+--corpus DIR real pages instead: --train-pages of its train split, --test-pages of its held-out val split
+(spread over documents), their weak region labels as the classes.
 Prints a Markdown table; --json writes the rows.
 """
 from __future__ import annotations
@@ -51,13 +53,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--unit-px", type=int, default=32)
     parser.add_argument("--train-pages", type=int, default=192)
     parser.add_argument("--test-pages", type=int, default=64)
+    parser.add_argument("--corpus", type=Path, help="a `dociq corpus build` folder: probe on its real pages")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
     t0 = time.time()
-    train = [p for p in SyntheticDocuments(args.train_pages, args.image_size, seed=0, degrade=0.3)]
-    test = [p for p in SyntheticDocuments(args.test_pages, args.image_size, seed=1000003, degrade=0.3)]
-    print(f"{len(train)} + {len(test)} pages generated in {time.time() - t0:.0f} s")
+    if args.corpus:
+        from dociq.data.datasets.corpus.dataset import CorpusDocuments
+        train = [p for p in CorpusDocuments(args.corpus, split="train", max_pages=args.train_pages)]
+        test = [p for p in CorpusDocuments(args.corpus, split="val", max_pages=args.test_pages)]
+    else:
+        train = [p for p in SyntheticDocuments(args.train_pages, args.image_size, seed=0, degrade=0.3)]
+        test = [p for p in SyntheticDocuments(args.test_pages, args.image_size, seed=1000003, degrade=0.3)]
+    print(f"{len(train)} + {len(test)} pages read in {time.time() - t0:.0f} s")
     rows = []
     for spec in args.encoders:
         encoder = load_encoder(spec, args.size, args.image_size)

@@ -1,0 +1,87 @@
+"""scripts/eval_pretraining.py: pretrained against random init on held-out real pages, the differences a
+reader is told, and runs that are reused or resumed instead of trained again."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_PATHS = [str(REPO / "tests" / "data" / "corpus"), str(REPO / "scripts")]
+sys.path[:0] = _PATHS
+import eval_pretraining  # noqa: E402
+from corpus_testdata import build  # noqa: E402
+
+for _path in _PATHS:
+    sys.path.remove(_path)
+
+
+def _result(layout: float, reading: float, n_layout: int = 3, n_reading: int = 1) -> dict:
+    return {"question": {"miou": 0.0, "miou_layout": layout, "count_layout": n_layout,
+                         "miou_reading": reading, "count_reading": n_reading},
+            "box_region": {"miou": 0.5, "miou_small": 0.25}}
+
+
+def test_layout_and_reading_are_weighted_by_their_prompts():
+    summary = eval_pretraining.summarise(_result(0.2, 0.6))
+    assert summary["layout_reading"] == pytest.approx(30.0)       # (3 * 20 + 1 * 60) / 4
+    assert summary["layout"] == 20.0 and summary["reading"] == 60.0
+    assert summary["box_region"] == 50.0 and summary["box_region_small"] == 25.0
+    assert summary["prompts"] == {"layout": 3, "reading": 1}
+
+
+def test_differences_are_means_over_seeds_in_points():
+    def run(arm, seed, layout):
+        return {"arm": arm, "seed": seed, "summary": eval_pretraining.summarise(_result(layout, layout))}
+    runs = [run("pretrained", 0, 0.40), run("pretrained", 1, 0.30), run("random", 0, 0.20), run("random", 1, 0.30),
+            run("pretrained/quarter", 0, 0.30), run("random/quarter", 0, 0.10), run("no_mlm", 0, 0.33),
+            run("no_mlm", 1, 0.33)]
+    out = eval_pretraining.compare(runs)
+    assert out["arms"]["pretrained"]["mean"]["layout_reading"] == 35.0
+    assert out["pretrained_minus_random"] == 10.0
+    assert out["pretrained_minus_random_quarter"] == 20.0
+    assert out["no_mlm_minus_pretrained"] == -2.0
+    assert "pretrained_minus_random_quarter_labels" not in out     # that arm did not run
+    with pytest.raises(ValueError, match="no_pixels"):
+        eval_pretraining.parse_arm("no_pixels/quarter")
+
+
+SMALL = ["model.image_size=128", "data.batch_size=2", "data.num_workers=0", "data.tokenizer.max_length=48",
+         "data.train_set.datasets.1.num_pages=8", "trainer.limit_val_batches=1", "optim.scheduler.warmup_steps=1",
+         "trainer.enable_progress_bar=false", "data.max_questions=2"]
+PRETRAIN_SMALL = ["trainer.val_check_interval=1", "data.image_masking.num_targets=2", "data.image_masking.target_scale=[0.25,0.3]",
+                  "data.image_masking.min_keep=1"]
+
+
+def test_pretrained_and_random_arms_run_evaluate_and_are_reused(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    build(corpus)
+    args = ["--corpus", str(corpus), "--workdir", str(tmp_path / "work"), "--seeds", "0",
+            "--arms", "pretrained", "random", "pretrained/quarter-labels", "--steps", "4", "--val-every", "2",
+            "--pretrain-steps", "2", "--probe", "--probe-pages", "4", "2",
+            *[f"--override={o}" for o in SMALL], *[f"--pretrain-override={o}" for o in PRETRAIN_SMALL]]
+    out_json = tmp_path / "r.json"
+    eval_pretraining.main(["--json", str(out_json), *args])
+    data = json.loads(out_json.read_text())
+    arms = [r["arm"] for r in data["runs"]]
+    assert arms == ["pretrained", "random", "pretrained/quarter-labels"]
+    pretrained, random, labels = data["runs"]
+    assert any(o.startswith("init.from=") and o.endswith("last.ckpt") for o in pretrained["overrides"])
+    assert "init.from=null" in random["overrides"] and random["pretrain_checkpoint"] is None
+    # 6 training pages in the test corpus: a quarter keeps 2 of them
+    assert "data.train_set.datasets.0.max_pages=2" in labels["overrides"]
+    # the held-out split: one document, two pages, a layout and a category question each
+    assert pretrained["summary"]["prompts"]["layout"] == 2
+    assert 0.0 <= pretrained["summary"]["layout_reading"] <= 100.0
+    assert data["pretrained_minus_random"] == pytest.approx(
+        pretrained["summary"]["layout_reading"] - random["summary"]["layout_reading"], abs=0.011)
+    assert data["pretraining"][0]["curves"]["val/mlm_acc"], "the pretraining run's held-out MLM curve"
+    assert {r["encoder"].split(":")[-1] for r in data["probe"]} >= {"0", "target"}
+    assert all(0.0 <= r["balanced_accuracy"] <= 1.0 for r in data["probe"])
+
+    # A second call trains nothing: every checkpoint has its steps and its evaluation is cached.
+    def no_training(overrides):
+        raise AssertionError(f"trained again: {overrides}")
+    monkeypatch.setattr(eval_pretraining, "run_stage", no_training)
+    again = eval_pretraining.main(["--json", str(tmp_path / "again.json"), *[a for a in args if a != "--probe"]])
+    assert again["pretrained_minus_random"] == data["pretrained_minus_random"]
