@@ -118,7 +118,8 @@ def test_print_config_tree_prints_and_writes_every_group(tmp_path, capsys):
 
 def test_early_stopping_follows_the_stage_and_cannot_stop_todays_recipes():
     recipes = [["stage=pretrain"], ["stage=finetune"], ["stage=pretrain", "trainer=gpu"],
-               ["stage=finetune", "trainer=gpu"], ["experiment=pretrain_gpu"], ["experiment=pretrain_sngd"]]
+               ["stage=finetune", "trainer=gpu"], ["experiment=pretrain_gpu"], ["experiment=pretrain_sngd"],
+               ["experiment=pretrain_real"]]
     for overrides in recipes:
         cfg = compose(overrides)
         es = cfg.callbacks.early_stopping
