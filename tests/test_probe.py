@@ -102,4 +102,29 @@ def test_pretraining_logs_the_probe_of_both_encoders_at_every_validation(tmp_pat
     assert 0.0 <= metrics["val/probe_bacc"] <= 1.0 and 0.0 <= metrics["val/probe_bacc_target"] <= 1.0
     with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
         logged = [row for row in csv.DictReader(f) if row.get("val/probe_bacc")]
-    assert [int(row["step"]) for row in logged] == [1, 3]          # after steps 2 and 4
+    assert [int(row["step"]) for row in logged] == [0, 1, 3]       # the start, after steps 2 and 4
+
+
+def test_the_probe_leaves_the_runs_random_stream_alone():
+    from types import SimpleNamespace
+
+    from dociq.training.probe_callback import UnitClassProbe
+
+    class Task(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.image_encoder = OracleEncoder()
+            self.hparams = {"model": {"image_size": 128, "mask_unit_px": 32}}
+
+        @property
+        def device(self):
+            return torch.device("cpu")
+
+    pages = SimpleNamespace(train_set=coded_pages(6, 0), val_set=coded_pages(3, 1))
+    trainer = SimpleNamespace(datamodule=pages, sanity_checking=False, global_step=0, loggers=[])
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    values = UnitClassProbe(train_pages=6, test_pages=3)._measure(trainer, Task())
+    assert values["val/probe_bacc"] > 0.9                       # the oracle's classes are read off the page
+    assert torch.equal(torch.rand(3), expected)

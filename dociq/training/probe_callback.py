@@ -4,9 +4,10 @@ beside losses that also fall when it collapses.
 
 Pages: the first `train_pages` of the run's training set fit the probe, the first `test_pages` of
 its validation set score it (a corpus's held-out split under data=corpus / corpus_mixed). They are
-read and labelled once; each validation then encodes them with the online image encoder and with
-the EMA target, fits one logistic regression each, and logs `val/probe_bacc` and
-`val/probe_bacc_target` (balanced accuracy; read against docs/pretrain.md's random-encoder range).
+read and labelled once; when training starts (step 0: the encoders the run starts from) and at
+each validation they are encoded with the online image encoder and with the EMA target, one
+logistic regression is fitted to each, and `val/probe_bacc` and `val/probe_bacc_target` (balanced
+accuracy) are logged.
 """
 from __future__ import annotations
 
@@ -53,16 +54,31 @@ class UnitClassProbe(Callback):
             prepared.append((input_frames(pages, image_size), labels))
         return tuple(prepared)
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         if self._pages is None:
             self._pages = self._prepare(trainer, pl_module) or ()
         if not self._pages:
-            return
+            return {}
         (train_images, train_labels), (test_images, test_labels) = self._pages
+        out = {}
         device = pl_module.device
-        for suffix, encoder in image_encoders(pl_module).items():
-            tokens = [encode_images(encoder, images.to(device)).cpu() for images in (train_images, test_images)]
-            _, balanced = token_probe_accuracy(tokens[0], train_labels, tokens[1], test_labels, self.max_iter)
-            pl_module.log(f"val/probe_bacc{suffix}", balanced, on_epoch=True, sync_dist=False, rank_zero_only=False)
+        # the probe's fit seeds torch's RNG: forked, so the run's random stream is untouched
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            for suffix, encoder in image_encoders(pl_module).items():
+                tokens = [encode_images(encoder, images.to(device)).cpu() for images in (train_images, test_images)]
+                _, balanced = token_probe_accuracy(tokens[0], train_labels, tokens[1], test_labels, self.max_iter)
+                out[f"val/probe_bacc{suffix}"] = balanced
+        return out
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the encoders the run starts from: the curve's first point (not again on a resume)
+        if trainer.global_step == 0:
+            values = self._measure(trainer, pl_module)
+            for logger in trainer.loggers if values else ():
+                logger.log_metrics(values, step=0)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        for name, value in self._measure(trainer, pl_module).items():
+            pl_module.log(name, value, on_epoch=True, sync_dist=False, rank_zero_only=False)
