@@ -243,7 +243,7 @@ def probe(ckpts: dict[tuple[str, int], Path], corpus: Path, train_pages: int, te
     """The unit-class probe on real pages of a random image encoder per seed and of each pretraining
     checkpoint's online (what fine-tuning starts from) and EMA target encoders."""
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
-    from dociq.evaluation.probe import probe_encoder
+    from dociq.training.probe import probe_encoder
     from dociq.io.checkpoint import read_checkpoint
 
     train = [p for p in CorpusDocuments(corpus, split="train", max_pages=train_pages)]

@@ -1,4 +1,4 @@
-"""Linear probe of image encoders on per-unit region classes (dociq/evaluation/probe.py), one row per encoder.
+"""Linear probe of image encoders on per-unit region classes (dociq/training/probe.py), one row per encoder.
 
     python scripts/probe_encoder.py random outputs/ijepa/runs/<run>/checkpoints/last.ckpt \
         outputs/pretrain/runs/<run>/checkpoints/last.ckpt:target
@@ -44,7 +44,7 @@ def load_encoder(spec: str, size: str, image_size: int):
 
 def main(argv: list[str] | None = None) -> list[dict]:
     from dociq.data.synthetic.generator import SyntheticDocuments
-    from dociq.evaluation.probe import probe_encoder
+    from dociq.training.probe import probe_encoder
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("encoders", nargs="+", help="'random[:SEED]' or CKPT[:target]")

@@ -1,11 +1,11 @@
-"""The unit-class linear probe (dociq/evaluation/probe.py): labels land on the right units, an encoder that
+"""The unit-class linear probe (dociq/training/probe.py): labels land on the right units, an encoder that
 knows the classes scores near 1, and one that ignores the page scores no better than position."""
 import numpy as np
 import torch
 from torch import nn
 
 from dociq.data.schema import Page, Region
-from dociq.evaluation.probe import CLASSES, page_std, probe_encoder, unit_labels
+from dociq.training.probe import CLASSES, page_std, probe_encoder, unit_labels
 
 
 def region(label, y0, x0, y1, x1, size=128):

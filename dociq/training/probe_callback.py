@@ -1,4 +1,4 @@
-"""The unit-class linear probe (dociq/evaluation/probe.py) logged at every validation of an
+"""The unit-class linear probe (dociq/training/probe.py) logged at every validation of an
 image-encoder stage (pretrain, ijepa): a curve of what the encoder carries about a page's layout,
 beside losses that also fall when it collapses.
 
@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from dociq.evaluation.probe import encode_images, input_frames, token_probe_accuracy, unit_labels
+from dociq.training.probe import encode_images, input_frames, token_probe_accuracy, unit_labels
 
 log = logging.getLogger("dociq.training.train")
 
@@ -29,6 +29,13 @@ def image_encoders(task: L.LightningModule) -> dict[str, torch.nn.Module]:
     if getattr(task, "target_encoder", None) is not None:
         out["_target"] = task.target_encoder
     return out
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    """True when FSDP holds the module's weights as shards (DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
 
 
 class UnitClassProbe(Callback):
@@ -55,6 +62,12 @@ class UnitClassProbe(Callback):
         return tuple(prepared)
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        if is_sharded(pl_module):
+            if self._pages is None:
+                log.warning("UnitClassProbe is off under FSDP (the encoder's weights are sharded): probe a "
+                            "checkpoint with scripts/probe_encoder.py instead")
+                self._pages = ()
+            return {}
         if self._pages is None:
             self._pages = self._prepare(trainer, pl_module) or ()
         if not self._pages:
