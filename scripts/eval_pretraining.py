@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> dict:
     runs: list[dict] = []
     pretrained: dict[tuple[str, int], Path] = {}   # (init, seed) -> pretraining checkpoint
 
-    def save() -> dict:
+    def save(probe_rows: list[dict] | None = None) -> dict:
         comparison = compare(runs)
-        out = {"runs": runs, **comparison}
+        out = {"runs": runs, **comparison, **({"probe": probe_rows} if probe_rows is not None else {})}
         out["pretraining"] = [{"init": init, "seed": seed, "checkpoint": str(c), "curves": pretraining_curves(c)}
                               for (init, seed), c in pretrained.items()]
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "reuse"}
@@ -318,12 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "pretrain_checkpoint": str(pretrain) if pretrain else None,
                          "overrides": overrides, "summary": summarise(results), "results": results})
             save()   # after every run: a crash keeps what was measured
-    out = save()
-    if args.probe:
-        out["probe"] = probe(pretrained, args.corpus, *args.probe_pages)
-        data = json.loads(args.json.read_text())
-        args.json.write_text(json.dumps({**data, "probe": out["probe"]}, indent=1))
-    return out
+    return save(probe(pretrained, args.corpus, *args.probe_pages) if args.probe and pretrained else None)
 
 
 if __name__ == "__main__":
