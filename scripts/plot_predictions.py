@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
-    p.add_argument("--snap", action="store_true", help="snap masks to the word boxes (Predictor(snap_to_words=True))")
+    p.add_argument("--snap", nargs="?", const="words", default=None, choices=("words", "blocks"),
+                   help="masks at word-box precision: Predictor(snap='words') (the default of a bare --snap) "
+                        "or 'blocks' (also completed to the text blocks they hold or are clicked in)")
     p.add_argument("--segment-page", action="store_true",
                    help="one row per page: its labels and segment-page's regions (with --seeds, --snap)")
     p.add_argument("--seeds", nargs="+", default=["ocr_blocks", "class_boxes"],
@@ -176,10 +178,11 @@ def main(argv: list[str] | None = None) -> None:
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
     if args.segment_page:
-        counts = plot_segmented(predictor, args.pages, args.seed, args.corpus, args.out, args.seeds, args.snap)
+        counts = plot_segmented(predictor, args.pages, args.seed, args.corpus, args.out, args.seeds,
+                                args.snap is not None)
         print(f"wrote {args.out}: regions per page {counts}")
         return
-    predictor.snap_to_words = args.snap
+    predictor.snap = args.snap
     gather = collect_clicks if args.clicks else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
     plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")

@@ -41,6 +41,15 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
     assert (("question",), False) in seen_ocr and (("question",), True) in seen_ocr
     assert task.use_ocr                                  # restored after the no-OCR pass
 
+    # --snap: every set that reads the words is scored again, snapped and completed to blocks
+    snapped = evaluate(task, pages=4, batch_size=2, max_questions=3, prompt_sets=("box_region", "question_no_ocr"),
+                       snap=True)
+    assert set(snapped) == {"box_region", "question_no_ocr", "box_region_snap", "box_region_blocks"}
+    counts = {k: v for k, v in snapped["box_region"].items() if k.startswith("count_")}
+    assert {k: v for k, v in snapped["box_region_blocks"].items() if k.startswith("count_")} == counts
+    # the oracle's masks stay inside their boxes: completing text blocks never costs more than a little
+    assert snapped["box_region_blocks"]["miou"] > 0.8
+
 
 def test_cli_writes_json_and_names_a_missing_checkpoint(checkpoint, tmp_path, capsys):
     out = tmp_path / "r.json"

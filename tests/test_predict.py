@@ -80,6 +80,13 @@ def test_cli_writes_an_overlay(checkpoint, tmp_path, capsys):
                  "--out", str(out)]) == 0
     assert Image.open(out).size == (80, 100)
     assert "predicted IoU" in capsys.readouterr().out
+    masks = tmp_path / "masks"
+    assert main([str(checkpoint[0]), str(page), "--box", "5", "5", "40", "30", "--snap", "blocks",
+                 "--out", str(out), "--masks-dir", str(masks)]) == 0
+    (mask_png,) = sorted(masks.glob("*.png"))
+    drawn = np.asarray(Image.open(mask_png)) > 0
+    drawn[5:30, 5:40] = False
+    assert not drawn.any()                         # --snap blocks keeps a box prompt's mask in its box
 
 
 def test_overlay_tints_only_masked_pixels():
@@ -133,3 +140,32 @@ def test_snap_to_words_snaps_every_returned_mask(predictor):
         predictor.snap_to_words = False
     for r, s in zip(raw, snapped):
         assert np.array_equal(s, snap_to_words(r, np.asarray(boxes, float)))
+
+
+def test_snap_blocks_completes_each_prompts_masks_with_its_own_click_and_box(predictor):
+    from dociq.models.word_snap import snap_to_blocks
+
+    vocab = "install the package then run the command".split()
+    words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
+    boxes = np.asarray(boxes, float)
+    page = np.full((500, 1000, 3), 255, np.uint8)
+    predictor.set_image(page, words=words, word_boxes=boxes)
+    points = np.array([[[30.0, 20.0]], [[400.0, 200.0]]])
+    box = np.array([[0.0, 0.0, 300.0, 120.0], [200.0, 100.0, 900.0, 400.0]])
+    raw, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)       # [2, 3, H, W]
+    predictor.snap = "blocks"
+    try:
+        completed, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)
+    finally:
+        predictor.snap = None
+    assert completed.shape == raw.shape
+    for q in range(2):
+        for c in range(3):
+            expect = snap_to_blocks(raw[q, c], boxes, words, points[q], np.ones(1), box[q])
+            assert np.array_equal(completed[q, c], expect)
+        x0, y0, x1, y1 = box[q].astype(int)
+        outside = np.ones(completed.shape[-2:], bool)
+        outside[y0:y1, x0:x1] = False
+        assert not completed[q][:, outside].any()         # a box prompt's mask stays in its box
+    with pytest.raises(ValueError, match="snap='lines'"):
+        predictor.snap = "lines"

@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heuristics", action="store_true",
                    help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
     p.add_argument("--snap", action="store_true",
-                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap) "
+                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap), "
+                        "completed to text blocks (<set>_blocks: Predictor(snap='blocks')) "
                         "and, for questions, painted from the word grounding's relevant words (<set>_words)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")

@@ -18,7 +18,9 @@ The `_region` sets report their regions by size, as COCO does: `small` (< 1 % of
 `medium` (1-5 %), `large` (>= 5 %) — on synthetic pages most small regions are table cells and
 form fields, the large ones paragraphs, tables and figures.
 mIoU is the mean over prompts of each prompt's IoU (thresholded mask vs target), ×100 in the
-printed table; counts per kind are reported next to it.
+printed table; counts per kind are reported next to it. With `snap`, each set is scored again with
+its masks snapped to the words (`<set>_snap`, `Predictor(snap="words")`) and completed to text
+blocks (`<set>_blocks`, `Predictor(snap="blocks")`: dociq.models.word_snap).
 
 Real pages: `--data corpus --corpus data/corpus --split val` asks the same prompts on the held-out
 split of a `dociq corpus build` (docs/corpus.md: split by document, weakly labelled regions and
@@ -53,7 +55,8 @@ from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.models.grounding import first_subtokens
-from dociq.models.word_snap import paint_words, snap_to_words
+from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
+from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
 from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
 from dociq.io.checkpoint import CheckpointError, read_checkpoint
 from dociq.training.tasks.segment import SegmentTask
@@ -108,7 +111,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     if heuristics:
         metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
     snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
-    metrics |= {f"{name}_snap": SegmentationMetrics(kinds=metrics[name].kinds) for name in snapped_sets}
+    metrics |= {f"{name}_{how}": SegmentationMetrics(kinds=metrics[name].kinds)
+                for name in snapped_sets for how in ("snap", "blocks")}
     painted_sets = [name for name in snapped_sets if "question" in PROMPT_SETS[name][0]]
     metrics |= {f"{name}_words": SegmentationMetrics(kinds=metrics[name].kinds) for name in painted_sets}
     use_ocr = task.use_ocr
@@ -129,6 +133,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 if name in snapped_sets:
                     snapped = snap_batch(out["masks"] > 0, b, image_size)
                     metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
+                    completed = snap_batch(out["masks"] > 0, b, image_size, page_list, out["points"])
+                    metrics[f"{name}_blocks"].update(completed[valid], out["targets"][valid] > 0.5, kinds)
                 if name in painted_sets and out["relevance"] is not None:
                     painted = paint_batch(out["relevance"] > 0, b, image_size)
                     metrics[f"{name}_words"].update(painted[valid], out["targets"][valid] > 0.5, kinds)
@@ -148,18 +154,42 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     return results
 
 
+def _first_tokens(batch: dict, i: int) -> torch.Tensor:
+    return first_subtokens(batch["ocr_word_index"][i:i + 1])[0] & batch["ocr_mask"][i]
+
+
 def word_boxes_in_frame(batch: dict, i: int, size: int) -> np.ndarray:
     """Page i's word boxes in pixels of the `size` input frame, one row per word."""
-    first = first_subtokens(batch["ocr_word_index"][i:i + 1])[0] & batch["ocr_mask"][i]
-    return batch["ocr_boxes"][i][first].float().numpy() * size / LAYOUT_SCALE
+    return batch["ocr_boxes"][i][_first_tokens(batch, i)].float().numpy() * size / LAYOUT_SCALE
 
 
-def snap_batch(masks: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
-    """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words."""
+def word_indices_in_frame(batch: dict, i: int) -> np.ndarray:
+    """The page's word index of each row of `word_boxes_in_frame(batch, i, ...)`."""
+    return batch["ocr_word_index"][i][_first_tokens(batch, i)].numpy()
+
+
+def snap_batch(masks: torch.Tensor, batch: dict, size: int, pages: Sequence[Page] | None = None,
+               points: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words
+    (`snap_to_words`) or, given the batch's `pages` and the prompts' `points` (coords [B*Q, P, 2],
+    labels [B*Q, P] as `run_rounds` returns them), completed to text blocks (`snap_to_blocks`)."""
     b = batch["ocr_ids"].shape[0]
     q = masks.shape[0] // b
     boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
-    return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
+    if pages is None:
+        return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
+    words = [[pages[i].words[k] for k in word_indices_in_frame(batch, i)] for i in range(b)]
+    out = []
+    for n, m in enumerate(masks):
+        clicks, labels, box = None, None, None
+        if points is not None:
+            coords, kinds = points[0][n].numpy(), points[1][n].numpy()
+            is_click = (kinds == POSITIVE_POINT) | (kinds == NEGATIVE_POINT)
+            clicks, labels = coords[is_click], kinds[is_click]
+            if (kinds == BOX_TOP_LEFT).any():
+                box = np.concatenate([coords[kinds == BOX_TOP_LEFT][0], coords[kinds == BOX_BOTTOM_RIGHT][0]])
+        out.append(torch.from_numpy(snap_to_blocks(m.numpy(), boxes[n // q], words[n // q], clicks, labels, box)))
+    return torch.stack(out)
 
 
 def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:

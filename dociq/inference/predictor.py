@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,7 +50,7 @@ from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
-from dociq.models.word_snap import snap_to_words
+from dociq.models.word_snap import snap_to_blocks, snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
                                     remove_ocr_words)
@@ -59,6 +60,8 @@ from dociq.inference.prompts import Prompts, check_prompts, check_words
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
+# Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
+SNAP_MODES = (None, "words", "blocks")
 
 
 class Predictor:
@@ -67,10 +70,13 @@ class Predictor:
 
     def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
                  ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu",
-                 max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, snap_to_words: bool = False) -> None:
+                 max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, snap_to_words: bool = False,
+                 snap: str | None = None) -> None:
         self.device = check_device(device)
-        # Snap the text parts of each mask to the box around its OCR words (dociq.models.word_snap).
-        self.snap_to_words = snap_to_words
+        # Masks drawn at word-box precision (dociq.models.word_snap): "words" snaps the text parts of
+        # each mask to the box around their OCR words; "blocks" also completes each text block the
+        # mask holds or a click lands in, and keeps a box prompt's mask inside its box.
+        self.snap = snap if snap is not None else ("words" if snap_to_words else None)
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -80,6 +86,25 @@ class Predictor:
         question_encoder = model.prompt_encoder.question_encoder
         self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
         self._page: PageState | None = None
+
+    @property
+    def snap(self) -> str | None:
+        return self._snap
+
+    @snap.setter
+    def snap(self, value: str | None) -> None:
+        if value not in SNAP_MODES:
+            raise ValueError(f"snap={value!r}: use one of {SNAP_MODES} (None: the decoder's masks as they are)")
+        self._snap = value
+
+    @property
+    def snap_to_words(self) -> bool:
+        """True when masks are snapped to their words (`snap="words"`); kept for older callers."""
+        return self._snap == "words"
+
+    @snap_to_words.setter
+    def snap_to_words(self, value: bool) -> None:
+        self.snap = "words" if value else None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
@@ -320,10 +345,27 @@ class Predictor:
         if not multimask_output:
             out = out[:, 0]
         out = out.cpu().numpy()
-        if self.snap_to_words and not return_logits and self.use_ocr and len(page.words):
-            flat = out.reshape(-1, *out.shape[-2:])
-            out = np.stack([snap_to_words(m, page.word_boxes) for m in flat]).reshape(out.shape)
+        reads_words = self.use_ocr and len(page.words) > 0
+        if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
+            out = self._snap_masks(out, prompts, page.word_boxes if reads_words else np.zeros((0, 4)))
         return out, scores.cpu().numpy(), low_res.cpu().numpy()
+
+    def _snap_masks(self, masks: np.ndarray, prompts: Prompts, word_boxes: np.ndarray) -> np.ndarray:
+        """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`self.snap`) to the
+        page's `word_boxes` (none when the model does not read the words: a box prompt's mask is
+        still kept inside its box)."""
+        words = self.page.words if len(word_boxes) else None
+        out = np.empty_like(masks)
+        for q in range(masks.shape[0]):
+            if self.snap == "words":
+                snap = partial(snap_to_words, word_boxes=word_boxes)
+            else:
+                pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
+                snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words,
+                               clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes))
+            flat = masks[q].reshape(-1, *masks.shape[-2:])
+            out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
+        return out
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]

@@ -50,3 +50,53 @@ def test_painted_words_close_into_their_paragraph_and_leave_others_out():
     assert out[50:86, 40:160].all()          # words, the gaps between them and between lines, the ragged edge
     assert not out[140:176].any()            # the other paragraph's words are not relevant
     assert not paint_words((200, 200), words, np.zeros(12, bool)).any()
+
+
+def _two_paragraphs():
+    return np.vstack([_paragraph(), _paragraph() + [0, 90, 0, 90]])     # 50..86 and 140..176
+
+
+def _box_mask(y0, y1, x0, x1, shape=(200, 200)):
+    m = np.zeros(shape, bool)
+    m[y0:y1, x0:x1] = True
+    return m
+
+
+def test_a_mask_on_one_line_of_a_paragraph_is_completed_to_the_paragraph():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = _two_paragraphs()
+    line = _box_mask(49, 61, 38, 162)                 # the first line: 2 of the paragraph's 6 words
+    out = snap_to_blocks(line, words)
+    assert np.array_equal(out, _box_mask(50, 86, 40, 160))       # the paragraph, not the other one
+    # below `min_share` the block is left as `snap_to_words` draws it
+    assert np.array_equal(snap_to_blocks(line, words, min_share=0.5), _box_mask(50, 60, 40, 160))
+
+
+def test_a_click_inside_a_block_completes_it_and_a_negative_click_vetoes_it():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = _two_paragraphs()
+    speck = _box_mask(141, 151, 42, 93)               # one word of the second paragraph (1 of 6)
+    assert np.array_equal(snap_to_blocks(speck, words), _box_mask(140, 150, 40, 95))
+    clicked = snap_to_blocks(speck, words, clicks=np.array([[60.0, 145.0]]))
+    assert np.array_equal(clicked, _box_mask(140, 176, 40, 160))
+    vetoed = snap_to_blocks(speck, words, clicks=np.array([[60.0, 145.0], [130.0, 170.0]]), click_labels=np.array([1, 0]))
+    assert np.array_equal(vetoed, _box_mask(140, 150, 40, 95))
+    empty = snap_to_blocks(np.zeros((200, 200), bool), words, clicks=np.array([[60.0, 55.0]]))
+    assert np.array_equal(empty, _box_mask(50, 86, 40, 160))     # a click alone names its block
+
+
+def test_a_box_prompts_mask_stays_inside_the_box_and_list_items_stay_apart():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = _two_paragraphs()
+    spill = _box_mask(45, 92, 30, 170)
+    out = snap_to_blocks(spill, words, box=np.array([40, 50, 160, 70]))
+    assert np.array_equal(out, _box_mask(50, 70, 40, 160))
+    # a bullet opens a new block: completing one item does not take the next
+    items = np.array([[40, 50, 46, 60], [50, 50, 150, 60], [40, 63, 46, 73], [50, 63, 140, 73]], float)
+    out = snap_to_blocks(_box_mask(49, 61, 38, 152), items, words=["•", "first", "•", "second"])
+    assert np.array_equal(out, _box_mask(50, 60, 40, 150))
+    merged = snap_to_blocks(_box_mask(49, 61, 38, 152), items)        # no text: one block of two lines
+    assert np.array_equal(merged, _box_mask(50, 73, 40, 150))

@@ -1,0 +1,115 @@
+"""Text lines and blocks from OCR word boxes alone: the page's reading structure by geometry.
+
+A document region a user means — a paragraph, a list item, a heading, a code listing — is a block
+of lines of words. The words' boxes are known exactly at any resolution, so the blocks are found
+from them, not from pixels: `group_lines` joins words that overlap vertically and splits at wide
+gaps (column gutters, table cells); `group_blocks` joins lines whose spacing, height and column
+match, and starts a new block at a bullet or an enumerator. `dociq segment-page` seeds its text
+regions with the blocks, and `word_snap.snap_to_blocks` completes a mask to the blocks it covers.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+
+
+def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5) -> list[list[int]]:
+    """Word indices per text line, each line left to right, lines top to bottom.
+
+    A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
+    of the shorter of the two heights; a line is then split where the horizontal gap between two
+    neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
+    cells), which is far wider than a space between words."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
+    spans: list[list[float]] = []      # y0, y1 per line
+    lines: list[list[int]] = []
+    for i in order:
+        y0, y1 = boxes[i, 1], boxes[i, 3]
+        best, best_overlap = -1, 0.0
+        for j, (ly0, ly1) in enumerate(spans):
+            overlap = min(y1, ly1) - max(y0, ly0)
+            shorter = max(min(y1 - y0, ly1 - ly0), 1.0)
+            if overlap / shorter >= min_overlap and overlap / shorter > best_overlap:
+                best, best_overlap = j, overlap / shorter
+        if best < 0:
+            spans.append([y0, y1])
+            lines.append([int(i)])
+        else:
+            spans[best] = [min(spans[best][0], y0), max(spans[best][1], y1)]
+            lines[best].append(int(i))
+    out = []
+    for line in lines:
+        line.sort(key=lambda k: boxes[k, 0])
+        height = max(float(np.median(boxes[line, 3] - boxes[line, 1])), 1.0)
+        part = [line[0]]
+        for prev, k in zip(line, line[1:]):
+            if boxes[k, 0] - boxes[prev, 2] > gap_factor * height:
+                out.append(part)
+                part = []
+            part.append(k)
+        out.append(part)
+    out.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
+    return out
+
+
+def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
+    """float [L, 2] pixel (x, y): one click per text line, the centre of the word nearest the line's
+    middle (on ink, where a click on a line lands)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    points = []
+    for ids in group_lines(boxes, **grouping):
+        b = boxes[ids]
+        middle = (b[:, 0].min() + b[:, 2].max()) / 2
+        centres = (b[:, :2] + b[:, 2:]) / 2
+        points.append(centres[np.argmin(np.abs(centres[:, 0] - middle))])
+    return np.asarray(points, dtype=np.float32).reshape(-1, 2)
+
+
+# An enumerator or bullet opening a line starts a new block: list items sit as close as lines.
+_ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|[ivxIVX]{1,4}[.)])$")
+
+
+def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
+                 max_height_ratio: float = 1.3, min_x_overlap: float = 0.5) -> list[list[int]]:
+    """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
+
+    Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
+    above it, when the gap between them is at most `max_gap` x the line height (paragraph spacing
+    is wider than line spacing), the two heights differ by at most `max_height_ratio` (a heading
+    over body text), and they share at least `min_x_overlap` of the narrower width (same column).
+    A line whose first word is a bullet or an enumerator ("•", "3.", "b)") starts a new block."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    blocks: list[list[int]] = []
+    last: list[np.ndarray] = []            # x0, y0, x1, y1 of each block's last line
+    for line in group_lines(boxes):
+        b = boxes[line]
+        span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
+        opener = words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))
+        best = -1
+        for k, prev in enumerate(last):
+            h0, h1 = prev[3] - prev[1], span[3] - span[1]
+            gap = span[1] - prev[3]
+            overlap = min(prev[2], span[2]) - max(prev[0], span[0])
+            narrower = max(min(prev[2] - prev[0], span[2] - span[0]), 1.0)
+            if (not opener and -0.5 * min(h0, h1) <= gap <= max_gap * max(h0, h1)
+                    and max(h0, h1) <= max_height_ratio * max(min(h0, h1), 1.0) and overlap >= min_x_overlap * narrower):
+                if best < 0 or prev[3] > last[best][3]:
+                    best = k
+        if best < 0:
+            blocks.append(list(line))
+            last.append(span)
+        else:
+            blocks[best].extend(line)
+            last[best] = span
+    blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
+    return blocks
+
+
+def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None, **grouping) -> np.ndarray:
+    """float [K, 4] pixel boxes x0, y0, x1, y1 around the words of each text block (`group_blocks`)."""
+    boxes = np.asarray(word_boxes, dtype=np.float32).reshape(-1, 4)
+    out = [np.concatenate([boxes[ids, :2].min(0), boxes[ids, 2:].max(0)]) for ids in group_blocks(boxes, words, **grouping)]
+    return np.asarray(out, dtype=np.float32).reshape(-1, 4)
