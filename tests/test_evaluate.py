@@ -145,3 +145,35 @@ def test_region_prompts_are_reported_by_size():
     assert region_size(mask) == "medium"
     mask[:50, :50] = True                     # 25 %
     assert region_size(mask) == "large"
+
+
+def test_the_click_heuristic_answers_a_click_with_the_text_block_under_it():
+    import numpy as np
+
+    from dociq.data.collate import DocumentCollator
+    from dociq.data.schema import Page, Region
+    from dociq.evaluation.heldout import clicked_block_masks, regions_as_prompts
+
+    # two paragraphs of three lines, 256 x 256 page (the input frame: no resizing)
+    words, boxes = [], []
+    for top in (40, 150):
+        for line in range(3):
+            for x in (20, 90, 160):
+                words.append("text")
+                boxes.append([x, top + 14 * line, x + 60, top + 14 * line + 10])
+    boxes = np.asarray(boxes, np.float32)
+    regions = []
+    for top in (40, 150):
+        mask = np.zeros((256, 256), bool)
+        mask[top:top + 38, 20:220] = True
+        regions.append(Region(label="paragraph", box=np.array([20, top, 220, top + 38], np.float32), mask=mask))
+    page = Page(image=np.full((256, 256, 3), 255, np.uint8), words=words, word_boxes=boxes, regions=regions,
+                meta={"page_id": "p"})
+    batch = DocumentCollator(256, questions=True, max_questions=8, seed=0)([regions_as_prompts(page, 8, 0)])
+    got = clicked_block_masks(batch, [page], 256)
+    assert got.shape[:2] == batch["prompt_valid"].shape
+    for k in range(2):
+        x, y = (batch["points"][0, k, 0] - 0.5).tolist()
+        target = batch["masks"][0, k] > 0.5
+        assert target[int(y), int(x)]                       # the click is on its region
+        assert torch.equal(got[0, k], target)               # and the block under it is that region

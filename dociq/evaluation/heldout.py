@@ -56,6 +56,7 @@ from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
+from dociq.models.text_blocks import group_blocks
 from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
 from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
 from dociq.io.checkpoint import CheckpointError, read_checkpoint
@@ -68,8 +69,10 @@ PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "point_region": (("point",), True)}
 # Text-free heuristics scored on the same prompts and targets (no model): a layout question is
 # answered by all the words' area, a reading or cell question by the boxes of the words it names,
-# a box prompt by the box itself. A model that does not beat them has not learnt the task.
+# a box prompt by the box itself, a region's click by the text block under it (text_blocks.group_blocks;
+# nothing off text). A model that does not beat them has not learnt the task.
 HEURISTIC_SETS = ("heuristic_question", "heuristic_box")
+HEURISTIC_REGION_SETS = ("heuristic_point_region",)
 VAL_SEED = 1000003
 # Region size classes of the *_region prompt sets: (name, upper bound of the page fraction).
 REGION_SIZES = (("small", 0.01), ("medium", 0.05), ("large", float("inf")))
@@ -110,6 +113,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                for name in prompt_sets}
     if heuristics:
         metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
+        if "point_region" in prompt_sets:
+            metrics |= {name: SegmentationMetrics(kinds=sizes) for name in HEURISTIC_REGION_SETS}
     snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
     metrics |= {f"{name}_{how}": SegmentationMetrics(kinds=metrics[name].kinds)
                 for name in snapped_sets for how in ("snap", "blocks")}
@@ -144,6 +149,12 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 targets = batch["masks"].flatten(0, 1)[valid] > 0.5
                 for name, masks in heuristic_masks(batch, image_size).items():
                     metrics[name].update(masks.flatten(0, 1)[valid], targets, kinds)
+                if "point_region" in prompt_sets:
+                    kinds = [k for page in region_batch["prompt_kind"] for k in page]
+                    valid = region_batch["prompt_valid"].reshape(-1)
+                    targets = region_batch["masks"].flatten(0, 1)[valid] > 0.5
+                    masks = clicked_block_masks(region_batch, page_list, image_size)
+                    metrics["heuristic_point_region"].update(masks.flatten(0, 1)[valid], targets, kinds)
     finally:
         task.use_ocr = use_ocr
     results = {}
@@ -234,6 +245,25 @@ def region_size(mask) -> str:
     """small / medium / large: the region's share of the page (REGION_SIZES)."""
     share = float(mask.mean())
     return next(name for name, bound in REGION_SIZES if share < bound)
+
+
+def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int) -> torch.Tensor:
+    """bool [B, Q, size, size]: the box of the text block (`group_blocks` of the page's words) each
+    prompt's click lands in; empty where it lands off text."""
+    b, q = batch["prompt_valid"].shape
+    out = torch.zeros(b, q, size, size, dtype=torch.bool)
+    for i in range(b):
+        boxes = word_boxes_in_frame(batch, i, size)
+        words = [pages[i].words[k] for k in word_indices_in_frame(batch, i)]
+        pixels = np.round(boxes).astype(np.int64).clip(0, size)
+        extents = [(*pixels[ids, :2].min(0), *pixels[ids, 2:].max(0)) for ids in group_blocks(boxes, words)]
+        for k in range(q):
+            x, y = (batch["points"][i, k, 0] - 0.5).tolist()        # the collator's pixel centre
+            for x0, y0, x1, y1 in extents:
+                if x0 <= x < x1 and y0 <= y < y1:
+                    out[i, k, y0:y1, x0:x1] = True
+                    break
+    return out
 
 
 def regions_as_prompts(page: Page, count: int, seed: int) -> Page:
