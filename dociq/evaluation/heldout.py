@@ -190,6 +190,7 @@ def snap_batch(masks: torch.Tensor, batch: dict, size: int, pages: Sequence[Page
     if pages is None:
         return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
     words = [[pages[i].words[k] for k in word_indices_in_frame(batch, i)] for i in range(b)]
+    blocks = [group_blocks(boxes[i], words[i]) for i in range(b)]
     out = []
     for n, m in enumerate(masks):
         clicks, labels, box = None, None, None
@@ -199,7 +200,8 @@ def snap_batch(masks: torch.Tensor, batch: dict, size: int, pages: Sequence[Page
             clicks, labels = coords[is_click], kinds[is_click]
             if (kinds == BOX_TOP_LEFT).any():
                 box = np.concatenate([coords[kinds == BOX_TOP_LEFT][0], coords[kinds == BOX_BOTTOM_RIGHT][0]])
-        out.append(torch.from_numpy(snap_to_blocks(m.numpy(), boxes[n // q], words[n // q], clicks, labels, box)))
+        out.append(torch.from_numpy(snap_to_blocks(m.numpy(), boxes[n // q], words[n // q], clicks, labels, box,
+                                                    blocks=blocks[n // q])))
     return torch.stack(out)
 
 

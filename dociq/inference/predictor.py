@@ -50,6 +50,7 @@ from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
+from dociq.models.text_blocks import group_blocks
 from dociq.models.word_snap import snap_to_blocks, snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
@@ -355,13 +356,14 @@ class Predictor:
         page's `word_boxes` (none when the model does not read the words: a box prompt's mask is
         still kept inside its box)."""
         words = self.page.words if len(word_boxes) else None
+        blocks = group_blocks(word_boxes, words) if self.snap == "blocks" else None   # once for all masks
         out = np.empty_like(masks)
         for q in range(masks.shape[0]):
             if self.snap == "words":
                 snap = partial(snap_to_words, word_boxes=word_boxes)
             else:
                 pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
-                snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words,
+                snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
                                clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes))
             flat = masks[q].reshape(-1, *masks.shape[-2:])
             out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)

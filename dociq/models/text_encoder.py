@@ -66,16 +66,29 @@ ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
 RUNTIME_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")
 
 
-class LayoutEmbeddings(nn.Module):
-    """Sum of x0, y0, x1, y1, width and height embeddings of token boxes in 0..LAYOUT_SCALE."""
+# Bin edges of log(token height / the page's median token height). Body text sits at 0; on the
+# corpus's held-out pages section headings sit at +0.17..+0.36, titles at +0.55..+0.69, page
+# numbers and footnotes below 0 (docs/finetune.md): the height in page units alone does not say
+# this, because every page has its own scale.
+RELATIVE_HEIGHT_EDGES = (-0.5, -0.25, -0.1, -0.03, 0.03, 0.1, 0.15, 0.25, 0.4, 0.6, 0.9)
 
-    def __init__(self, hidden_size: int, scale: int = LAYOUT_SCALE) -> None:
+
+class LayoutEmbeddings(nn.Module):
+    """Sum of x0, y0, x1, y1, width and height embeddings of token boxes in 0..LAYOUT_SCALE, and
+    with `relative_height` an embedding of each token's height relative to its page's median
+    (font size: headings, titles, footnotes), zero at initialisation."""
+
+    def __init__(self, hidden_size: int, scale: int = LAYOUT_SCALE, relative_height: bool = False) -> None:
         super().__init__()
         self.scale = scale
         self.x = nn.Embedding(scale + 1, hidden_size)
         self.y = nn.Embedding(scale + 1, hidden_size)
         self.width = nn.Embedding(scale + 1, hidden_size)
         self.height = nn.Embedding(scale + 1, hidden_size)
+        self.relative_height = nn.Embedding(len(RELATIVE_HEIGHT_EDGES) + 1, hidden_size) if relative_height else None
+        if self.relative_height is not None:
+            nn.init.zeros_(self.relative_height.weight)     # a checkpoint without it computes the same
+        self.register_buffer("height_edges", torch.tensor(RELATIVE_HEIGHT_EDGES), persistent=False)
 
     def reset_parameters(self, init: str, std: float = 0.02) -> None:
         for table in (self.x, self.y, self.width, self.height):
@@ -86,7 +99,7 @@ class LayoutEmbeddings(nn.Module):
             else:
                 raise ValueError(f"layout_init must be 'zeros' or 'normal', got {init!r}")
 
-    def forward(self, boxes: torch.Tensor) -> torch.Tensor:
+    def forward(self, boxes: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if boxes.shape[-1] != 4:
             raise ValueError(f"boxes must be [..., 4] (x0, y0, x1, y1), got shape {tuple(boxes.shape)}")
         if boxes.numel() and (boxes.min() < 0 or boxes.max() > self.scale):
@@ -95,19 +108,34 @@ class LayoutEmbeddings(nn.Module):
                              f"page size and multiply by {self.scale}")
         boxes = boxes.long()
         x0, y0, x1, y1 = boxes.unbind(-1)
-        return (self.x(x0) + self.y(y0) + self.x(x1) + self.y(y1)
-                + self.width((x1 - x0).clamp(0, self.scale))
-                + self.height((y1 - y0).clamp(0, self.scale)))
+        out = (self.x(x0) + self.y(y0) + self.x(x1) + self.y(y1)
+               + self.width((x1 - x0).clamp(0, self.scale))
+               + self.height((y1 - y0).clamp(0, self.scale)))
+        if self.relative_height is not None:
+            out = out + self.relative_height(self.relative_height_bins(boxes, attention_mask))
+        return out
+
+    def relative_height_bins(self, boxes: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """long [B, T]: the bin (RELATIVE_HEIGHT_EDGES) of log(height / the median height of the
+        page's tokens with a box); special tokens and padding (no box) fall in the middle bin."""
+        height = (boxes[..., 3] - boxes[..., 1]).float()
+        has_box = height > 0
+        if attention_mask is not None:
+            has_box = has_box & attention_mask.bool()
+        median = height.masked_fill(~has_box, float("nan")).nanmedian(dim=-1, keepdim=True).values
+        median = torch.nan_to_num(median, nan=1.0).clamp(min=1.0)
+        ratio = torch.where(has_box, torch.log(height.clamp(min=1.0) / median), torch.zeros_like(height))
+        return torch.bucketize(ratio, self.height_edges)
 
 
 class TextEncoder(nn.Module):
     """BERT + 2-D layout embeddings. forward(ids, boxes, attention_mask) -> [B, T, hidden]."""
 
     def __init__(self, config: BertConfig, pad_token_id: int, mask_token_id: int,
-                 layout_init: str = "normal") -> None:
+                 layout_init: str = "normal", relative_height: bool = False) -> None:
         super().__init__()
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.layout = LayoutEmbeddings(config.hidden_size)
+        self.layout = LayoutEmbeddings(config.hidden_size, relative_height=relative_height)
         self.layout.reset_parameters(layout_init, std=config.initializer_range)
         self.hidden_size = config.hidden_size
         self.vocab_size = config.vocab_size
@@ -124,16 +152,17 @@ class TextEncoder(nn.Module):
     def from_size(cls, size: str, checkpoint_path: str | os.PathLike | None = None, *,
                   pretrained: bool = True, tokenizer_path: str | os.PathLike | None = None,
                   layout_init: str | None = None, attn_implementation: str = "sdpa",
-                  **overrides: Any) -> "TextEncoder":
+                  relative_height: bool = False, **overrides: Any) -> "TextEncoder":
         """Build a named size. `checkpoint_path` (a Hugging Face BERT directory) replaces the size's
         default weights; `pretrained=False` skips them. `layout_init` defaults to 'zeros' when weights
-        are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise."""
+        are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise.
+        `relative_height` adds the token height relative to the page's median (LayoutEmbeddings)."""
         spec = part_config(size, "text_encoder")
         unknown = set(overrides) - set(ARCHITECTURE_KEYS) - set(RUNTIME_KEYS)
         if unknown:
             raise KeyError(f"unknown model.text_encoder key(s) {sorted(unknown)}; allowed: "
                            f"checkpoint_path, pretrained, tokenizer_path, layout_init, "
-                           f"attn_implementation, {', '.join(ARCHITECTURE_KEYS + RUNTIME_KEYS)}")
+                           f"attn_implementation, relative_height, {', '.join(ARCHITECTURE_KEYS + RUNTIME_KEYS)}")
         default_name = spec.pop("checkpoint", None)
         default_ckpt = None if default_name is None else DEFAULT_CHECKPOINTS[default_name]
         if checkpoint_path is None and pretrained and default_ckpt is not None:
@@ -170,7 +199,8 @@ class TextEncoder(nn.Module):
 
         layout_init = layout_init or ("zeros" if checkpoint_path is not None else "normal")
         encoder = cls(config, pad_token_id=tokenizer.pad_token_id,
-                      mask_token_id=tokenizer.mask_token_id, layout_init=layout_init)
+                      mask_token_id=tokenizer.mask_token_id, layout_init=layout_init,
+                      relative_height=relative_height)
         encoder.tokenizer_path = str(tokenizer.name_or_path)  # so tasks can compare vocabularies
         if checkpoint_path is not None:
             encoder.load_backbone(checkpoint_path)
@@ -189,7 +219,7 @@ class TextEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, boxes: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:
-        embeds = self.word_embeddings(ids) + self.layout(boxes)
+        embeds = self.word_embeddings(ids) + self.layout(boxes, attention_mask)
         b, t, d = embeds.shape
         window = self.max_length
         if t <= window:

@@ -82,7 +82,8 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
 
 def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                    clicks: np.ndarray | None = None, click_labels: np.ndarray | None = None,
-                   box: np.ndarray | None = None, min_share: float = BLOCK_SHARE) -> np.ndarray:
+                   box: np.ndarray | None = None, min_share: float = BLOCK_SHARE,
+                   blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
     the block's words, and a box prompt's mask is kept inside its box.
 
@@ -92,7 +93,8 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     A block (`text_blocks.group_blocks`) is completed when at least `min_share` of its words are
     in the mask, or when a positive click lands inside it (a click on a paragraph means the
     paragraph, not the line under the cursor); a block holding a negative click is never
-    completed. The input is not modified."""
+    completed. `blocks` (word indices per block) saves regrouping the page's words for each of
+    many masks. The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
     out = snap_to_words(mask, word_boxes)
     boxes = _pixel_boxes(word_boxes, mask.shape)
@@ -100,8 +102,10 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         members = _share_inside(mask, boxes) >= WORD_INSIDE
         clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
         positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
-        # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
-        for ids in group_blocks(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4), words):
+        if blocks is None:
+            # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
+            blocks = group_blocks(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4), words)
+        for ids in blocks:
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
             inside = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)

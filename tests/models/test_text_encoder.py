@@ -149,3 +149,41 @@ def test_checkpoint_without_text_encoder_raises(tmp_path):
         load_text_encoder_from_checkpoint(path)
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         load_text_encoder_from_checkpoint(tmp_path / "missing.ckpt")
+
+
+def _page_of_lines(body_height: int, heading_height: int, offset: int = 0):
+    """One page: a [CLS] without a box, eight body tokens and two heading tokens, then padding."""
+    boxes = torch.zeros(1, 14, 4, dtype=torch.long)
+    heights = [0] + [body_height] * 4 + [heading_height] * 2 + [body_height] * 4 + [0, 0, 0]
+    for t, h in enumerate(heights):
+        if h:
+            boxes[0, t] = torch.tensor([100, offset + 30 * t, 300, offset + 30 * t + h])
+    mask = torch.ones(1, 14, dtype=torch.bool)
+    mask[0, 11:] = False
+    return boxes, mask
+
+
+def test_relative_height_tells_a_heading_from_body_text_at_any_page_scale():
+    from dociq.models.text_encoder import LayoutEmbeddings
+
+    layout = LayoutEmbeddings(16, relative_height=True)
+    small = layout.relative_height_bins(*_page_of_lines(body_height=8, heading_height=10))
+    large = layout.relative_height_bins(*_page_of_lines(body_height=16, heading_height=20, offset=40))
+    assert torch.equal(small, large)                        # the same page printed at twice the size
+    body, heading = int(small[0, 1]), int(small[0, 5])
+    assert heading > body and (small[0, [1, 2, 3, 4, 7, 8, 9, 10]] == body).all()
+    assert int(small[0, 0]) == body                         # a token without a box reads as body text
+
+
+def test_relative_height_starts_at_zero_and_learns():
+    torch.manual_seed(0)
+    plain = TextEncoder.from_size("tiny", num_hidden_layers=1).eval()
+    torch.manual_seed(0)
+    with_height = TextEncoder.from_size("tiny", num_hidden_layers=1, relative_height=True).eval()
+    assert set(with_height.state_dict()) - set(plain.state_dict()) == {"layout.relative_height.weight"}
+    with_height.load_state_dict(plain.state_dict(), strict=False)
+    ids, boxes, mask = _inputs()
+    out = with_height(ids, boxes, mask)
+    assert torch.equal(out, plain(ids, boxes, mask))        # zero-initialised: old weights compute the same
+    out[mask].pow(2).sum().backward()
+    assert with_height.layout.relative_height.weight.grad.abs().sum() > 0
