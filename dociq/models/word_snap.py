@@ -7,8 +7,9 @@ the words it holds (a layout region — paragraph, list item, heading, cell — 
 words); parts that are not mostly words (figures, rules, a region with a few labels) are kept as
 predicted. `snap_to_blocks` goes one step further: it completes each text block (paragraph, list
 item) the mask has a hold on, or a click lands in, to the whole block — the decoder often paints
-the clicked or named line of a paragraph, not the paragraph. `paint_words` draws a mask from the words alone: the boxes of the words the word
-grounding calls relevant, with the gaps between words and lines closed.
+the clicked or named line of a paragraph, not the paragraph. `paint_words` draws a mask from the
+words alone: the boxes of the words the word grounding calls relevant, with the gaps between words
+and lines closed.
 """
 from __future__ import annotations
 
