@@ -89,8 +89,9 @@ def part_config(size: str, part: str) -> dict[str, Any]:
 
 def model_config(size: str) -> dict[str, Any]:
     """The `model` config group of configs/model/<size>.yaml: the size, the page side (the image
-    encoder's `img_size`), no per-part overrides, and the prompt maps, clicked words and word classes
-    switched on. (Switches absent from a stored config mean off, so older checkpoints build as they were.)"""
+    encoder's `img_size`), no per-part overrides but the text encoder's relative token height, and
+    the prompt maps, clicked words and word classes switched on. (Switches absent from a stored
+    config mean off, so older checkpoints build as they were.)"""
     return {"size": size, "image_size": int(part_config(size, "image_encoder")["img_size"]),
-            "mask_unit_px": 32, **{part: {} for part in PARTS}, "grounding": {"click_words": True},
-            "box_maps": True, "click_maps": True, "word_classes": True}
+            "mask_unit_px": 32, **{part: {} for part in PARTS}, "text_encoder": {"relative_height": True},
+            "grounding": {"click_words": True}, "box_maps": True, "click_maps": True, "word_classes": True}
