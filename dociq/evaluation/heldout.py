@@ -127,6 +127,7 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
             batch = collate(page_list)
             region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
                 if any(name.endswith("_region") for name in prompt_sets) else None
+            grouped = {}      # batch id -> page_blocks: the words are grouped once per batch
             for name in prompt_sets:
                 prompt_kinds, with_ocr = PROMPT_SETS[name]
                 task.use_ocr = use_ocr and with_ocr
@@ -138,7 +139,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 if name in snapped_sets:
                     snapped = snap_batch(out["masks"] > 0, b, image_size)
                     metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
-                    completed = snap_batch(out["masks"] > 0, b, image_size, page_list, out["points"])
+                    if id(b) not in grouped:
+                        grouped[id(b)] = page_blocks(b, page_list, image_size)
+                    completed = snap_batch(out["masks"] > 0, b, image_size, grouped[id(b)], out["points"])
                     metrics[f"{name}_blocks"].update(completed[valid], out["targets"][valid] > 0.5, kinds)
                 if name in painted_sets and out["relevance"] is not None:
                     painted = paint_batch(out["relevance"] > 0, b, image_size)
@@ -153,7 +156,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                     kinds = [k for page in region_batch["prompt_kind"] for k in page]
                     valid = region_batch["prompt_valid"].reshape(-1)
                     targets = region_batch["masks"].flatten(0, 1)[valid] > 0.5
-                    masks = clicked_block_masks(region_batch, page_list, image_size)
+                    if id(region_batch) not in grouped:
+                        grouped[id(region_batch)] = page_blocks(region_batch, page_list, image_size)
+                    masks = clicked_block_masks(region_batch, page_list, image_size, grouped[id(region_batch)])
                     metrics["heuristic_point_region"].update(masks.flatten(0, 1)[valid], targets, kinds)
     finally:
         task.use_ocr = use_ocr
@@ -179,18 +184,28 @@ def word_indices_in_frame(batch: dict, i: int) -> np.ndarray:
     return batch["ocr_word_index"][i][_first_tokens(batch, i)].numpy()
 
 
-def snap_batch(masks: torch.Tensor, batch: dict, size: int, pages: Sequence[Page] | None = None,
+def page_blocks(batch: dict, pages: Sequence[Page], size: int) -> list[tuple[np.ndarray, list[str], list[list[int]]]]:
+    """Per page of the batch: its word boxes in the `size` frame, their words and their text blocks
+    (`text_blocks.group_blocks`)."""
+    out = []
+    for i, page in enumerate(pages):
+        boxes = word_boxes_in_frame(batch, i, size)
+        words = [page.words[k] for k in word_indices_in_frame(batch, i)]
+        out.append((boxes, words, group_blocks(boxes, words)))
+    return out
+
+
+def snap_batch(masks: torch.Tensor, batch: dict, size: int,
+               blocks: Sequence[tuple[np.ndarray, list[str], list[list[int]]]] | None = None,
                points: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Predicted masks bool [B*Q, size, size] (image-major) snapped to their page's words
-    (`snap_to_words`) or, given the batch's `pages` and the prompts' `points` (coords [B*Q, P, 2],
-    labels [B*Q, P] as `run_rounds` returns them), completed to text blocks (`snap_to_blocks`)."""
+    (`snap_to_words`) or, given the batch's `page_blocks` and the prompts' `points` (coords
+    [B*Q, P, 2], labels [B*Q, P] as `run_rounds` returns them), completed to text blocks (`snap_to_blocks`)."""
     b = batch["ocr_ids"].shape[0]
     q = masks.shape[0] // b
-    boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
-    if pages is None:
+    if blocks is None:
+        boxes = [word_boxes_in_frame(batch, i, size) for i in range(b)]
         return torch.stack([torch.from_numpy(snap_to_words(m.numpy(), boxes[n // q])) for n, m in enumerate(masks)])
-    words = [[pages[i].words[k] for k in word_indices_in_frame(batch, i)] for i in range(b)]
-    blocks = [group_blocks(boxes[i], words[i]) for i in range(b)]
     out = []
     for n, m in enumerate(masks):
         clicks, labels, box = None, None, None
@@ -200,8 +215,8 @@ def snap_batch(masks: torch.Tensor, batch: dict, size: int, pages: Sequence[Page
             clicks, labels = coords[is_click], kinds[is_click]
             if (kinds == BOX_TOP_LEFT).any():
                 box = np.concatenate([coords[kinds == BOX_TOP_LEFT][0], coords[kinds == BOX_BOTTOM_RIGHT][0]])
-        out.append(torch.from_numpy(snap_to_blocks(m.numpy(), boxes[n // q], words[n // q], clicks, labels, box,
-                                                    blocks=blocks[n // q])))
+        boxes, words, groups = blocks[n // q]
+        out.append(torch.from_numpy(snap_to_blocks(m.numpy(), boxes, words, clicks, labels, box, blocks=groups)))
     return torch.stack(out)
 
 
@@ -249,22 +264,19 @@ def region_size(mask) -> str:
     return next(name for name, bound in REGION_SIZES if share < bound)
 
 
-def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int) -> torch.Tensor:
-    """bool [B, Q, size, size]: the box of the text block (`group_blocks` of the page's words) each
-    prompt's click lands in; empty where it lands off text."""
+def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int,
+                        blocks: Sequence[tuple[np.ndarray, list[str], list[list[int]]]] | None = None) -> torch.Tensor:
+    """bool [B, Q, size, size]: the box of the text block each prompt's click lands in —
+    `snap_to_blocks` of an empty mask and the click; empty where it lands off text. `blocks`: the
+    batch's `page_blocks`, when already grouped."""
     b, q = batch["prompt_valid"].shape
+    blocks = page_blocks(batch, pages, size) if blocks is None else blocks
+    empty = np.zeros((size, size), dtype=bool)
     out = torch.zeros(b, q, size, size, dtype=torch.bool)
-    for i in range(b):
-        boxes = word_boxes_in_frame(batch, i, size)
-        words = [pages[i].words[k] for k in word_indices_in_frame(batch, i)]
-        pixels = np.round(boxes).astype(np.int64).clip(0, size)
-        extents = [(*pixels[ids, :2].min(0), *pixels[ids, 2:].max(0)) for ids in group_blocks(boxes, words)]
+    for i, (boxes, words, groups) in enumerate(blocks):
         for k in range(q):
-            x, y = (batch["points"][i, k, 0] - 0.5).tolist()        # the collator's pixel centre
-            for x0, y0, x1, y1 in extents:
-                if x0 <= x < x1 and y0 <= y < y1:
-                    out[i, k, y0:y1, x0:x1] = True
-                    break
+            click = batch["points"][i, k, :1].numpy() - 0.5              # the collator's pixel centre
+            out[i, k] = torch.from_numpy(snap_to_blocks(empty, boxes, words, clicks=click, blocks=groups))
     return out
 
 
