@@ -50,6 +50,36 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
     # the oracle's masks stay inside their boxes: completing text blocks never costs more than a little
     assert snapped["box_region_blocks"]["miou"] > 0.8
 
+    # --eval-size: the same prompts scored in a frame twice the input's, against the question masks
+    # drawn at that size (not the input-size targets upsampled): the oracle's upsampled masks are
+    # within a pixel of them, every prompt is counted, and every set is scored in the same frame
+    size = int(task.hparams["model"]["image_size"])
+    large = evaluate(task, pages=4, batch_size=2, max_questions=3, prompt_sets=("question", "box_region"),
+                     snap=True, heuristics=True, eval_size=2 * size)
+    assert {k: v for k, v in large["box_region"].items() if k.startswith("count_")} == counts
+    assert large["box_region"]["miou"] > 0.8 and large["question"]["miou"] > 0.8
+    assert large["heuristic_box"]["miou"] > 0.8
+    with pytest.raises(ValueError, match="eval_size"):
+        evaluate(task, pages=2, batch_size=2, prompt_sets=("box",), eval_size=0)
+
+
+def test_frame_targets_are_the_question_masks_at_any_size():
+    from dociq.data.collate import DocumentCollator
+    from dociq.data.synthetic.generator import SyntheticDocuments
+    from dociq.evaluation.heldout import frame_targets
+
+    pages = [SyntheticDocuments(num_pages=2, image_size=128, seed=5)[i] for i in range(2)]
+    batch = DocumentCollator(128, questions=True, max_questions=3, seed=0)(pages)
+    valid = batch["prompt_valid"].reshape(-1)
+    same = frame_targets(batch, pages, 128)
+    assert torch.equal(same[valid], batch["masks"].flatten(0, 1)[valid] > 0.5)
+    assert not same[~valid].any()
+    large = frame_targets(batch, pages, 512)
+    assert large.shape == (valid.numel(), 512, 512)
+    shrunk = torch.nn.functional.interpolate(large[:, None].float(), size=(128, 128), mode="area")[:, 0] > 0.5
+    agree = (shrunk[valid] == same[valid]).float().mean()
+    assert agree > 0.99        # the same masks, drawn 4x finer
+
 
 def test_cli_writes_json_and_names_a_missing_checkpoint(checkpoint, tmp_path, capsys):
     out = tmp_path / "r.json"
@@ -177,3 +207,9 @@ def test_the_click_heuristic_answers_a_click_with_the_text_block_under_it():
         target = batch["masks"][0, k] > 0.5
         assert target[int(y), int(x)]                       # the click is on its region
         assert torch.equal(got[0, k], target)               # and the block under it is that region
+    # scored in a 1024 frame, the same clicks (in the 256 input frame) give the same blocks, 4x finer
+    from dociq.evaluation.heldout import frame_targets
+    finer = clicked_block_masks(batch, [page], 1024, input_size=256)
+    targets = frame_targets(batch, [regions_as_prompts(page, 8, 0)], 1024).view(1, -1, 1024, 1024)
+    for k in range(2):
+        assert torch.equal(finer[0, k], targets[0, k])

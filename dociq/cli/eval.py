@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also score each prompt set with its masks snapped to the word boxes (<set>_snap), "
                         "completed to text blocks (<set>_blocks: Predictor(snap='blocks')) "
                         "and, for questions, painted from the word grounding's relevant words (<set>_words)")
+    p.add_argument("--eval-size", type=int, default=None, metavar="PX",
+                   help="score masks in a PX-pixel frame (the page letterboxed as the model's input is) "
+                        "instead of the model's input size: e.g. 1024, the corpus pages' own resolution "
+                        "(masks as a user gets them; the same frame for models of any input size)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -90,7 +94,8 @@ def run(args) -> int:
             data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
                                    packages=args.packages)
         results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
-                                 data=data, heuristics=args.heuristics, snap=args.snap)
+                                 data=data, heuristics=args.heuristics, snap=args.snap,
+                                 eval_size=args.eval_size)
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

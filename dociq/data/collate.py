@@ -227,13 +227,14 @@ class DocumentCollator:
 
     def _add_questions(self, batch: dict, pages: list[Page], g: torch.Generator) -> None:
         b, size = len(pages), self.image_size
-        chosen = []
+        chosen, chosen_index = [], []
         for page in pages:
-            qs = [q for q in page.questions if q.mask.any()]
-            if len(qs) > self.max_questions:
-                order = torch.randperm(len(qs), generator=g)[: self.max_questions].tolist()
-                qs = [qs[i] for i in sorted(order)]
-            chosen.append(qs)
+            index = [k for k, q in enumerate(page.questions) if q.mask.any()]
+            if len(index) > self.max_questions:
+                order = torch.randperm(len(index), generator=g)[: self.max_questions].tolist()
+                index = [index[i] for i in sorted(order)]
+            chosen_index.append(index)
+            chosen.append([page.questions[k] for k in index])
         q_max = max(1, max(len(qs) for qs in chosen))
         length = self.question_tokenizer.context_length
         prompt_ids = torch.zeros(b, q_max, length, dtype=torch.long)
@@ -263,7 +264,8 @@ class DocumentCollator:
                 boxes[i, j] = mask_box(masks[i, j])
         batch.update(prompt_ids=prompt_ids, prompt_valid=valid, prompt_kind=kinds, masks=masks,
                      region_masks=region_masks, points=points, point_labels=point_labels, boxes=boxes,
-                     prompt_text=[[q.text for q in qs] for qs in chosen])
+                     prompt_text=[[q.text for q in qs] for qs in chosen],
+                     prompt_question_index=chosen_index)   # into page.questions: its mask at any resolution
 
     def _add_lexical_match(self, batch: dict, pages: list[Page]) -> None:
         batch["prompt_match"], batch["prompt_word_pos"] = lexical_match(

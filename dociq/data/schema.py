@@ -91,6 +91,7 @@ BATCH_KEYS = {
     "prompt_valid": "bool [B,Q] True where a real question (pages have different counts)",
     "prompt_kind": "list[list[str]] question kind per page and question",
     "prompt_text": "list[list[str]] the questions as text (finetune)",
+    "prompt_question_index": "list[list[int]] each prompt's index in its page's questions (finetune)",
     "prompt_match": "uint8 [B,Q,J,T] lexical match of question content word j with OCR token t "
                     "(0 none, 1 fuzzy, 2 case-folded, 3 exact; dociq.data.lexical)",
     "prompt_word_pos": "long [B,Q,J] CLIP token position of question content word j, -1 = none",

@@ -47,9 +47,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from dociq.evaluation.coco_map import coco_map, load_coco
-from dociq.data.collate import DocumentCollator
+from dociq.data.collate import DocumentCollator, _masks_to_input_frame
 from dociq.data.datasets.coco import CocoDocuments
 from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
 from dociq.data.synthetic.generator import SyntheticDocuments
@@ -97,11 +98,20 @@ def load_task(path: str | Path) -> SegmentTask:
 @torch.no_grad()
 def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
              max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS),
-             data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False) -> dict:
+             data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False,
+             eval_size: int | None = None) -> dict:
     """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} on held-out pages: the first
     `pages` of `data` (e.g. a corpus's val split; None: all of it), or by default `pages` held-out
-    synthetic pages of `seed`."""
+    synthetic pages of `seed`.
+
+    eval_size: the side of the frame masks are scored in (the page letterboxed as the model's
+    input is). None: the model's input size. A larger one scores what a user sees — masks at the
+    page's resolution, as SAM's are — and is the same for models of every input size: at 256 px a
+    text line is ~4 px tall, so a 1-px rounding costs a small region a quarter of its IoU."""
     image_size = int(task.hparams["model"]["image_size"])
+    frame = image_size if eval_size is None else int(eval_size)
+    if frame < 1:
+        raise ValueError(f"eval_size must be a positive number of pixels, got {eval_size}")
     context = task.model.prompt_encoder.question_encoder.context_length
     if data is None:
         data = SyntheticDocuments(num_pages=pages or 128, image_size=image_size, seed=seed, degrade=0.3)
@@ -125,40 +135,51 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
             batch = collate(page_list)
-            region_batch = collate([regions_as_prompts(p, max_questions, seed) for p in page_list]) \
-                if any(name.endswith("_region") for name in prompt_sets) else None
-            grouped = {}      # batch id -> page_blocks: the words are grouped once per batch
+            region_pages = [regions_as_prompts(p, max_questions, seed) for p in page_list]
+            region_batch = collate(region_pages) if any(name.endswith("_region") for name in prompt_sets) else None
+            grouped, targets_in_frame = {}, {}   # batch id -> page_blocks / targets, made once per batch
+
+            def targets_of(b: dict, prompt_pages: Sequence[Page]) -> torch.Tensor:
+                if id(b) not in targets_in_frame:
+                    targets_in_frame[id(b)] = b["masks"].flatten(0, 1) > 0.5 if frame == image_size \
+                        else frame_targets(b, prompt_pages, frame)
+                return targets_in_frame[id(b)]
+
             for name in prompt_sets:
                 prompt_kinds, with_ocr = PROMPT_SETS[name]
                 task.use_ocr = use_ocr and with_ocr
-                b = region_batch if name.endswith("_region") else batch
+                b, prompt_pages = (region_batch, region_pages) if name.endswith("_region") else (batch, page_list)
                 kinds = [k for page in b["prompt_kind"] for k in page]
                 out = task.run_rounds(b, 1, kinds=prompt_kinds)
-                valid = out["valid"]
-                metrics[name].update(out["masks"][valid] > 0, out["targets"][valid] > 0.5, kinds)
+                valid, targets = out["valid"], targets_of(b, prompt_pages)[out["valid"]]
+                masks = to_frame(out["masks"], frame)
+                metrics[name].update(masks[valid], targets, kinds)
                 if name in snapped_sets:
-                    snapped = snap_batch(out["masks"] > 0, b, image_size)
-                    metrics[f"{name}_snap"].update(snapped[valid], out["targets"][valid] > 0.5, kinds)
+                    snapped = snap_batch(masks, b, frame)
+                    metrics[f"{name}_snap"].update(snapped[valid], targets, kinds)
                     if id(b) not in grouped:
-                        grouped[id(b)] = page_blocks(b, page_list, image_size)
-                    completed = snap_batch(out["masks"] > 0, b, image_size, grouped[id(b)], out["points"])
-                    metrics[f"{name}_blocks"].update(completed[valid], out["targets"][valid] > 0.5, kinds)
+                        grouped[id(b)] = page_blocks(b, page_list, frame)
+                    points = out["points"] if out["points"] is None \
+                        else (scale_points(out["points"][0], frame / image_size), out["points"][1])
+                    completed = snap_batch(masks, b, frame, grouped[id(b)], points)
+                    metrics[f"{name}_blocks"].update(completed[valid], targets, kinds)
                 if name in painted_sets and out["relevance"] is not None:
-                    painted = paint_batch(out["relevance"] > 0, b, image_size)
-                    metrics[f"{name}_words"].update(painted[valid], out["targets"][valid] > 0.5, kinds)
+                    painted = paint_batch(out["relevance"] > 0, b, frame)
+                    metrics[f"{name}_words"].update(painted[valid], targets, kinds)
             if heuristics:
                 kinds = [k for page in batch["prompt_kind"] for k in page]
                 valid = batch["prompt_valid"].reshape(-1)
-                targets = batch["masks"].flatten(0, 1)[valid] > 0.5
-                for name, masks in heuristic_masks(batch, image_size).items():
+                targets = targets_of(batch, page_list)[valid]
+                for name, masks in heuristic_masks(batch, frame, image_size).items():
                     metrics[name].update(masks.flatten(0, 1)[valid], targets, kinds)
                 if "point_region" in prompt_sets:
                     kinds = [k for page in region_batch["prompt_kind"] for k in page]
                     valid = region_batch["prompt_valid"].reshape(-1)
-                    targets = region_batch["masks"].flatten(0, 1)[valid] > 0.5
+                    targets = targets_of(region_batch, region_pages)[valid]
                     if id(region_batch) not in grouped:
-                        grouped[id(region_batch)] = page_blocks(region_batch, page_list, image_size)
-                    masks = clicked_block_masks(region_batch, page_list, image_size, grouped[id(region_batch)])
+                        grouped[id(region_batch)] = page_blocks(region_batch, page_list, frame)
+                    masks = clicked_block_masks(region_batch, page_list, frame, grouped[id(region_batch)],
+                                                input_size=image_size)
                     metrics["heuristic_point_region"].update(masks.flatten(0, 1)[valid], targets, kinds)
     finally:
         task.use_ocr = use_ocr
@@ -168,6 +189,31 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
         counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
         results[name] = values | counts
     return results
+
+
+def frame_targets(batch: dict, pages: Sequence[Page], size: int) -> torch.Tensor:
+    """bool [B*Q, size, size]: every prompt's target (its question's page-sized mask) in a `size`
+    frame, letterboxed as the batch's input frame is; empty where a page has fewer prompts."""
+    b, q = batch["prompt_valid"].shape
+    out = torch.zeros(b, q, size, size, dtype=torch.bool)
+    for i, (page, index) in enumerate(zip(pages, batch["prompt_question_index"])):
+        if index:
+            out[i, :len(index)] = _masks_to_input_frame(np.stack([page.questions[k].mask for k in index]), size) > 0.5
+    return out.flatten(0, 1)
+
+
+def to_frame(logits: torch.Tensor, size: int) -> torch.Tensor:
+    """Mask logits [N, s, s] of the input frame -> bool masks [N, size, size] (bilinear, as the
+    Predictor brings masks to the page's size)."""
+    if logits.shape[-1] != size:
+        logits = F.interpolate(logits[:, None], size=(size, size), mode="bilinear", align_corners=False)[:, 0]
+    return logits > 0
+
+
+def scale_points(coords: torch.Tensor, factor: float) -> torch.Tensor:
+    """Point coordinates of one frame (pixel k spans [k, k + 1): the collator's clicks sit at
+    k + 0.5) in a frame `factor` times larger."""
+    return coords if factor == 1 else coords * factor
 
 
 def _first_tokens(batch: dict, i: int) -> torch.Tensor:
@@ -231,9 +277,10 @@ def paint_batch(relevant: torch.Tensor, batch: dict, size: int) -> torch.Tensor:
                         for n in range(relevant.shape[0])])
 
 
-def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
+def heuristic_masks(batch: dict, size: int, input_size: int | None = None) -> dict[str, torch.Tensor]:
     """The text-free answers of HEURISTIC_SETS for every prompt of a collated batch, bool
-    [B, Q, size, size] each (the input frame the targets are in)."""
+    [B, Q, size, size] each, in a `size` frame (the batch's box prompts are in pixels of its
+    `input_size` frame; default the same)."""
     b, q = batch["prompt_valid"].shape
     boxes = (batch["ocr_boxes"].float() * size / LAYOUT_SCALE).round().long().clamp(0, size)
     is_word = batch["ocr_mask"] & (batch["ocr_word_index"] >= 0)
@@ -250,7 +297,7 @@ def heuristic_masks(batch: dict, size: int) -> dict[str, torch.Tensor]:
                             for kinds in batch["prompt_kind"]])
     question = torch.where(reading[..., None, None], named, words_area[:, None].expand(-1, q, -1, -1))
     box = torch.zeros(b, q, size, size, dtype=torch.bool)
-    corners = batch["boxes"].round().long().clamp(0, size)
+    corners = (batch["boxes"] * (size / (input_size or size))).round().long().clamp(0, size)
     for i in range(b):
         for k in range(q):
             x0, y0, x1, y1 = corners[i, k].tolist()
@@ -265,17 +312,20 @@ def region_size(mask) -> str:
 
 
 def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int,
-                        blocks: Sequence[tuple[np.ndarray, list[str], list[list[int]]]] | None = None) -> torch.Tensor:
+                        blocks: Sequence[tuple[np.ndarray, list[str], list[list[int]]]] | None = None,
+                        input_size: int | None = None) -> torch.Tensor:
     """bool [B, Q, size, size]: the box of the text block each prompt's click lands in —
     `snap_to_blocks` of an empty mask and the click; empty where it lands off text. `blocks`: the
-    batch's `page_blocks`, when already grouped."""
+    batch's `page_blocks` in the `size` frame, when already grouped; `input_size`: the frame of the
+    batch's clicks (default `size`)."""
     b, q = batch["prompt_valid"].shape
     blocks = page_blocks(batch, pages, size) if blocks is None else blocks
     empty = np.zeros((size, size), dtype=bool)
     out = torch.zeros(b, q, size, size, dtype=torch.bool)
     for i, (boxes, words, groups) in enumerate(blocks):
         for k in range(q):
-            click = batch["points"][i, k, :1].numpy() - 0.5              # the collator's pixel centre
+            # the collator's clicks are pixel centres (k + 0.5): the pixel k
+            click = scale_points(batch["points"][i, k, :1], size / (input_size or size)).numpy() - 0.5
             out[i, k] = torch.from_numpy(snap_to_blocks(empty, boxes, words, clicks=click, blocks=groups))
     return out
 

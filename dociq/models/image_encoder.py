@@ -116,17 +116,26 @@ class ImageEncoder(nn.Module):
         encoder's resolution. Missing keys raise; unexpected keys are logged."""
         self.load_encoder_state_dict(load_image_encoder_from_checkpoint(path), source=str(path))
 
+    def resize_pos_embeds(self, state_dict: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+        """`state_dict` with this encoder's position embeddings (keys under `prefix`) resampled to
+        its resolution: a checkpoint trained at another `model.image_size` then loads here.
+        Other widths are left alone, for the caller's shape-mismatch error."""
+        state_dict = dict(state_dict)
+        own = self.state_dict()
+        for key, value in list(state_dict.items()):
+            local = key[len(prefix):] if key.startswith(prefix) else None
+            if local in own and local.startswith(_PREFIX + "pos_embed") and value.shape != own[local].shape \
+                    and value.dim() == own[local].dim() and _channels(value) == _channels(own[local]):
+                state_dict[key] = resize_pos_embed(value, own[local].shape, self.hiera.tokens_spatial_shape, key)
+        return state_dict
+
     def load_encoder_state_dict(self, state_dict: dict[str, torch.Tensor], source: str = "state dict") -> None:
         state_dict = dict(state_dict)
         own = self.state_dict()
         for key in [k for k in state_dict if k.startswith(_PREFIX + "head.fc.")]:
             log.info("%s: dropping classifier weight %s (the encoder has no classifier)", source, key)
             del state_dict[key]
-        for key, value in list(state_dict.items()):
-            # Same width, other resolution: resample. Other widths fall through to the mismatch error.
-            if key in own and key.startswith(_PREFIX + "pos_embed") and value.shape != own[key].shape \
-                    and value.dim() == own[key].dim() and _channels(value) == _channels(own[key]):
-                state_dict[key] = resize_pos_embed(value, own[key].shape, self.hiera.tokens_spatial_shape, key)
+        state_dict = self.resize_pos_embeds(state_dict)
         mismatched = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
                       for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
         if mismatched:

@@ -150,3 +150,29 @@ def test_base_is_hiera_b_plus_at_1024():
     with torch.no_grad():
         tokens = encoder(torch.randn(1, 3, 1024, 1024), torch.arange(0, 1024, 128)[None])
     assert tokens.shape == (1, 8, 896)
+
+
+def test_model_checkpoint_starts_a_run_at_another_image_size():
+    """init.from of a 128-px run into a 256-px model: the nested encoder's position table is
+    resampled, every other tensor copied (load_part is what stage=finetune's init.from calls)."""
+    from torch import nn
+    from dociq.training.tasks.init_weights import load_part
+
+    torch.manual_seed(0)
+    small = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=128, **SMALL),
+                           "head": nn.Linear(4, 2)})
+    grid = 128 // 4
+    small["image_encoder"].hiera.pos_embed.data = sincos_2d(grid, grid, 16)[None] * 0.1
+    large = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=256, **SMALL),
+                           "head": nn.Linear(4, 2)})
+    report = load_part(large, small.state_dict(), "model", "small.ckpt")
+    assert report == {"missing": [], "unexpected": []}
+    pos = large["image_encoder"].hiera.pos_embed
+    back = F.avg_pool2d(pos.reshape(1, 64, 64, 16).permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1).reshape(1, -1, 16)
+    assert (back - small["image_encoder"].hiera.pos_embed).abs().max() < 0.01
+    torch.testing.assert_close(large["head"].weight, small["head"].weight)
+    # another width is still an error that names the fix
+    wide = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=256, embed_dim=24, num_heads=1,
+                                                                  stages=(1, 1, 1, 1))})
+    with pytest.raises(ValueError, match="another model size"):
+        load_part(wide, small.state_dict(), "model", "small.ckpt")

@@ -11,6 +11,8 @@ from typing import Sequence
 
 from torch import nn
 
+from dociq.models.image_encoder import ImageEncoder
+
 log = logging.getLogger(__name__)
 
 
@@ -23,6 +25,7 @@ def load_part(module: nn.Module, state: dict, what: str, path: str,
     fine-tuning heads); their keys are reported as "new" rather than "missing".
     Raises ValueError when tensors do not fit (shape mismatch: another model size) and KeyError
     when nothing in `state` fits `module`."""
+    state = _resize_image_pos_embeds(module, state)
     try:
         result = module.load_state_dict(state, strict=False)
     except RuntimeError as err:   # shape mismatches
@@ -51,3 +54,12 @@ def load_part(module: nn.Module, state: dict, what: str, path: str,
     (log.warning if missing or unexpected else log.info)(msg)
     print(msg)   # also visible when logging is not configured (compose() outside Hydra)
     return report
+
+
+def _resize_image_pos_embeds(module: nn.Module, state: dict) -> dict:
+    """Resample every image encoder's position embedding in `state` to the module's resolution,
+    so a checkpoint made at one `model.image_size` starts a run at another."""
+    for name, sub in module.named_modules():
+        if isinstance(sub, ImageEncoder):
+            state = sub.resize_pos_embeds(state, prefix=f"{name}." if name else "")
+    return state
