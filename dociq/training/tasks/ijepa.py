@@ -141,8 +141,10 @@ class IJEPATask(DociqTask):
         out = {"jepa": self.loss_fn(pred, target)}
         out["loss"] = out["jepa"]
         if self.reg.active:
-            out.update(collapse_terms(context, ctx_idx, self.image_encoder.num_units, self.reg))
-            out["loss"] = out["loss"] + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
+            out.update(collapse_terms(context, ctx_idx, self.image_encoder.num_units, self.reg,
+                                      step=self.global_step))
+            out["loss"] = (out["loss"] + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
+                           + self.reg.sigreg * out["reg_sigreg"])
         if B > 1:  # collapse signals: 0 when every page maps to the same features
             out["target_std"] = features.std(dim=0).mean()
             out["pred_std"] = pred.detach().reshape(B, M * Nt, -1).std(dim=0).mean()

@@ -138,8 +138,10 @@ class PretrainTask(DociqTask):
         if self.reg.active:   # keeps the image encoder, which the D-JEPA target follows, from collapsing
             idx = ctx_idx if ctx_idx is not None else torch.arange(
                 image_tokens.shape[1], device=image_tokens.device).expand(image_tokens.shape[:2])
-            out.update(collapse_terms(image_tokens, idx, self.model.image_encoder.num_units, self.reg))
-            total = total + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
+            out.update(collapse_terms(image_tokens, idx, self.model.image_encoder.num_units, self.reg,
+                                      step=self.global_step))
+            total = (total + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
+                     + self.reg.sigreg * out["reg_sigreg"])
         if w["djepa"] > 0:
             out.update(self._djepa(batch, fused_img))
             total = total + w["djepa"] * out["djepa"]
