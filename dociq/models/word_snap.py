@@ -43,11 +43,19 @@ def _pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 def _share_inside(mask: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """float [K]: the share of each (pixel, non-empty) box that the mask covers."""
-    # Integral image: the mask's pixel count inside each box in O(1).
-    integral = np.pad(mask.astype(np.int64).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
     x0, y0, x1, y1 = boxes.T
-    inside = integral[y1, x1] - integral[y0, x1] - integral[y1, x0] + integral[y0, x0]
-    return inside / np.maximum((x1 - x0) * (y1 - y0), 1)
+    area = np.maximum((x1 - x0) * (y1 - y0), 1)
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    if not len(rows):
+        return np.zeros(len(boxes))
+    # Integral image of the mask's bounding box (all of its pixels; a page-sized one costs 1,000x
+    # more at 1,024 px): the pixel count inside each box, clipped to it, in O(1).
+    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    integral = np.pad(mask[r0:r1, c0:c1].astype(np.int32).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+    cx0, cx1 = (x0 - c0).clip(0, c1 - c0), (x1 - c0).clip(0, c1 - c0)
+    cy0, cy1 = (y0 - r0).clip(0, r1 - r0), (y1 - r0).clip(0, r1 - r0)
+    inside = integral[cy1, cx1] - integral[cy0, cx1] - integral[cy1, cx0] + integral[cy0, cx0]
+    return inside / area
 
 
 def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
@@ -133,8 +141,15 @@ def paint_words(shape: tuple[int, int], word_boxes: np.ndarray, relevant: np.nda
     for x0, y0, x1, y1 in boxes[np.asarray(relevant, dtype=bool)]:
         out[y0:y1, x0:x1] = True
     gap = max(1, int(np.median(boxes[:, 3] - boxes[:, 1])))
-    closed = ndimage.binary_closing(np.pad(out, gap), structure=np.ones((gap + 1, gap + 1), bool))
-    blocks, _ = ndimage.label(closed[gap:-gap, gap:-gap] | out, structure=_EIGHT_NEIGHBOURS)
+    # A closing by a rectangle stays inside the painted words' bounding box: close that crop only.
+    chosen = boxes[np.asarray(relevant, dtype=bool)]
+    r0, c0 = chosen[:, 1].min(), chosen[:, 0].min()
+    r1, c1 = chosen[:, 3].max(), chosen[:, 2].max()
+    crop = out[r0:r1, c0:c1]
+    if not crop.any():                                   # the relevant words lie off the frame
+        return out
+    closed = ndimage.binary_closing(np.pad(crop, gap), structure=np.ones((gap + 1, gap + 1), bool))
+    blocks, _ = ndimage.label(closed[gap:-gap, gap:-gap] | crop, structure=_EIGHT_NEIGHBOURS)
     for rows, cols in ndimage.find_objects(blocks):      # a block of words is the box around them
-        out[rows, cols] = True
+        crop[rows, cols] = True
     return out

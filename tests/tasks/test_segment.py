@@ -181,6 +181,26 @@ def test_metrics_per_kind_on_hand_made_masks():
         metrics.update(pred[:1], target[:1], ["poem"])
 
 
+def test_per_prompt_scores_are_torchmetrics_scores():
+    import warnings
+
+    from torchmetrics.functional.segmentation import dice_score, mean_iou
+
+    g = torch.Generator().manual_seed(0)
+    pred = torch.rand(16, 32, 32, generator=g) > torch.rand(16, 1, 1, generator=g)
+    target = torch.rand(16, 32, 32, generator=g) > torch.rand(16, 1, 1, generator=g)
+    pred[0], target[0] = False, True                  # nothing found
+    iou, dice = per_prompt_iou_dice(pred, target)
+    p, t = pred.long()[:, None], target.long()[:, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_iou = mean_iou(p, t, num_classes=1, include_background=True, input_format="one-hot").reshape(-1)
+        ref_dice = dice_score(p, t, num_classes=1, include_background=True, average="micro",
+                              input_format="one-hot", aggregation_level="samplewise").reshape(-1)
+    torch.testing.assert_close(iou, ref_iou.float())
+    torch.testing.assert_close(dice, ref_dice.float())
+
+
 def test_empty_prediction_of_empty_target_scores_one():
     empty = torch.zeros(1, 4, 4, dtype=torch.bool)
     iou, dice = per_prompt_iou_dice(empty, empty)
