@@ -62,6 +62,19 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
     with pytest.raises(ValueError, match="eval_size"):
         evaluate(task, pages=2, batch_size=2, prompt_sets=("box",), eval_size=0)
 
+    # page_size: synthetic pages drawn at another size than the model's input, resized into its frame
+    import dociq.evaluation.heldout as heldout
+    drawn = []
+
+    class Recording(heldout.SyntheticDocuments):
+        def __init__(self, *args, **kwargs):
+            drawn.append(kwargs["image_size"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(heldout, "SyntheticDocuments", Recording)
+    other = evaluate(task, pages=2, batch_size=2, max_questions=2, prompt_sets=("box",), page_size=2 * size)
+    assert drawn == [2 * size] and other["box"]["miou"] == pytest.approx(1.0)
+
 
 def test_frame_targets_are_the_question_masks_at_any_size():
     from dociq.data.collate import DocumentCollator

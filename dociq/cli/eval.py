@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pages", type=int, default=None,
                    help="pages to evaluate (default: 128 synthetic, all of a corpus split)")
     p.add_argument("--seed", type=int, default=VAL_SEED, help="synthetic data seed of the held-out pages")
+    p.add_argument("--page-size", type=int, default=None, metavar="PX",
+                   help="side of the synthetic pages (default: the model's input size; the generator fills "
+                        "a larger page with more text, so compare models of different input sizes on the same "
+                        "--page-size)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-questions", type=int, default=8)
     p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
@@ -95,7 +99,7 @@ def run(args) -> int:
                                    packages=args.packages)
         results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
                                  data=data, heuristics=args.heuristics, snap=args.snap,
-                                 eval_size=args.eval_size)
+                                 eval_size=args.eval_size, page_size=args.page_size)
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -99,7 +99,7 @@ def load_task(path: str | Path) -> SegmentTask:
 def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
              max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS),
              data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False,
-             eval_size: int | None = None) -> dict:
+             eval_size: int | None = None, page_size: int | None = None) -> dict:
     """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} on held-out pages: the first
     `pages` of `data` (e.g. a corpus's val split; None: all of it), or by default `pages` held-out
     synthetic pages of `seed`.
@@ -107,14 +107,17 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     eval_size: the side of the frame masks are scored in (the page letterboxed as the model's
     input is). None: the model's input size. A larger one scores what a user sees — masks at the
     page's resolution, as SAM's are — and is the same for models of every input size: at 256 px a
-    text line is ~4 px tall, so a 1-px rounding costs a small region a quarter of its IoU."""
+    text line is ~4 px tall, so a 1-px rounding costs a small region a quarter of its IoU.
+    page_size: the side of the synthetic pages (default the model's input size); the generator
+    fills a larger page with more text (~3x the words at 384 px as at 256), so models of different
+    input sizes compare on the same page_size."""
     image_size = int(task.hparams["model"]["image_size"])
     frame = image_size if eval_size is None else int(eval_size)
     if frame < 1:
         raise ValueError(f"eval_size must be a positive number of pixels, got {eval_size}")
     context = task.model.prompt_encoder.question_encoder.context_length
     if data is None:
-        data = SyntheticDocuments(num_pages=pages or 128, image_size=image_size, seed=seed, degrade=0.3)
+        data = SyntheticDocuments(num_pages=pages or 128, image_size=page_size or image_size, seed=seed, degrade=0.3)
     pages = len(data) if pages is None else min(pages, len(data))
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
