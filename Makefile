@@ -34,13 +34,17 @@ pretrain: $(STAMP)
 
 # Stage 1 `stage=pretrain` (PRETRAIN_ARGS), stage 2 `stage=finetune init.from=<its last.ckpt>` (ARGS),
 # both on real corpus pages mixed half and half with synthetic ones (data=corpus_mixed); the
-# recipe corpus is built first when it is missing. FINETUNE_STEPS keeps fine-tuning within
-# ~40 min on 2 CPU cores (whole real pages: ~2 s per step of 4 pages x 8 prompts).
+# recipe corpus is built first when it is missing. Pretraining reads 256-px pages; fine-tuning
+# reads FINETUNE_SIZE px (the image encoder's position table is resampled). FINETUNE_SIZE=384 is
+# better on every real-page row but costs synthetic layout and cell questions (docs/finetune.md,
+# "Fine-tuning at 384 px"); 1,200 steps take ~27 min at 256 px, ~37-40 min at 384 on 2 CPU cores.
 RECIPE_DATA ?= data=corpus_mixed
 FINETUNE_STEPS ?= 1200
+FINETUNE_SIZE ?= 256
 finetune: $(STAMP) $(CORPUS)/corpus.json
 	$(PY) train.py stage=pretrain $(RECIPE_DATA) 'paths.output_dir=$${paths.log_dir}/pretrain/runs/$(RUN)' $(PRETRAIN_ARGS)
 	$(PY) train.py stage=finetune $(RECIPE_DATA) trainer.max_steps=$(FINETUNE_STEPS) trainer.val_check_interval=300 \
+		model.image_size=$(FINETUNE_SIZE) \
 		'paths.output_dir=$${paths.log_dir}/finetune/runs/$(RUN)' \
 		'init.from=$${paths.log_dir}/pretrain/runs/$(RUN)/checkpoints/last.ckpt' $(ARGS)
 	@echo "[dociq] fine-tuned checkpoint: $(OUTPUTS)/finetune/runs/$(RUN)/checkpoints/last.ckpt"

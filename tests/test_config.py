@@ -58,3 +58,27 @@ def test_cli_misspelt_override_fails_naming_the_key(repo_root):
                          cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "max_stepz" in out.stderr
+
+
+def test_the_make_finetune_stages_compose(repo_root, tmp_path):
+    """`make finetune`'s two train.py commands, as make would run them, compose: pretraining at
+    256 px, fine-tuning at FINETUNE_SIZE (256 by default, 384 for real pages) with the loss grid
+    following it."""
+    import shlex
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    (tmp_path / "corpus.json").write_text("{}")          # a built corpus: make must not build one
+    for extra, size in (([], 256), (["FINETUNE_SIZE=384"], 384)):
+        dry = subprocess.run(["make", "-n", "-o", ".venv/.installed", "finetune", "RUN=t", f"CORPUS={tmp_path}",
+                              *extra], cwd=repo_root, capture_output=True, text=True, check=True).stdout
+        commands = [shlex.split(line) for line in dry.replace("\\\n", " ").splitlines() if "train.py" in line]
+        assert [c[c.index("train.py") + 1] for c in commands] == ["stage=pretrain", "stage=finetune"]
+        pretrain, finetune = (compose(c[c.index("train.py") + 1:]) for c in commands)
+        assert pretrain.model.image_size == 256
+        assert "MixedDocuments" in pretrain.data.train_set._target_
+        assert "MixedDocuments" in finetune.data.train_set._target_
+        assert finetune.model.image_size == size and finetune.data.image_size == size
+        assert OmegaConf.select(finetune, "task.loss_size") == size // 4
+        assert finetune.trainer.max_steps == 1200
