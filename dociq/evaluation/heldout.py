@@ -121,18 +121,7 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     pages = len(data) if pages is None else min(pages, len(data))
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
-    sizes = tuple(name for name, _ in REGION_SIZES)
-    metrics = {name: SegmentationMetrics(kinds=sizes if name.endswith("_region") else QUESTION_KINDS)
-               for name in prompt_sets}
-    if heuristics:
-        metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
-        if "point_region" in prompt_sets:
-            metrics |= {name: SegmentationMetrics(kinds=sizes) for name in HEURISTIC_REGION_SETS}
-    snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
-    metrics |= {f"{name}_{how}": SegmentationMetrics(kinds=metrics[name].kinds)
-                for name in snapped_sets for how in ("snap", "blocks")}
-    painted_sets = [name for name in snapped_sets if "question" in PROMPT_SETS[name][0]]
-    metrics |= {f"{name}_words": SegmentationMetrics(kinds=metrics[name].kinds) for name in painted_sets}
+    metrics, snapped_sets, painted_sets = _metric_sets(prompt_sets, heuristics, snap)
     use_ocr = task.use_ocr
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
@@ -170,20 +159,12 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                     painted = paint_batch(out["relevance"] > 0, b, frame)
                     metrics[f"{name}_words"].update(painted[valid], targets, kinds)
             if heuristics:
-                kinds = [k for page in batch["prompt_kind"] for k in page]
-                valid = batch["prompt_valid"].reshape(-1)
-                targets = targets_of(batch, page_list)[valid]
-                for name, masks in heuristic_masks(batch, frame, image_size).items():
-                    metrics[name].update(masks.flatten(0, 1)[valid], targets, kinds)
+                _score_heuristics(metrics, batch, targets_of(batch, page_list), frame, image_size)
                 if "point_region" in prompt_sets:
-                    kinds = [k for page in region_batch["prompt_kind"] for k in page]
-                    valid = region_batch["prompt_valid"].reshape(-1)
-                    targets = targets_of(region_batch, region_pages)[valid]
                     if id(region_batch) not in grouped:
                         grouped[id(region_batch)] = page_blocks(region_batch, page_list, frame)
-                    masks = clicked_block_masks(region_batch, page_list, frame, grouped[id(region_batch)],
-                                                input_size=image_size)
-                    metrics["heuristic_point_region"].update(masks.flatten(0, 1)[valid], targets, kinds)
+                    _score_click_heuristic(metrics, region_batch, targets_of(region_batch, region_pages),
+                                           page_list, grouped[id(region_batch)], frame, image_size)
     finally:
         task.use_ocr = use_ocr
     results = {}
@@ -192,6 +173,42 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
         counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
         results[name] = values | counts
     return results
+
+
+def _score_heuristics(metrics: dict, batch: dict, targets: torch.Tensor, frame: int, image_size: int) -> None:
+    """Score HEURISTIC_SETS' text-free answers to the batch's prompts (targets bool [B*Q, frame, frame])."""
+    kinds = [k for page in batch["prompt_kind"] for k in page]
+    valid = batch["prompt_valid"].reshape(-1)
+    for name, masks in heuristic_masks(batch, frame, image_size).items():
+        metrics[name].update(masks.flatten(0, 1)[valid], targets[valid], kinds)
+
+
+def _score_click_heuristic(metrics: dict, region_batch: dict, targets: torch.Tensor, pages: Sequence[Page],
+                           blocks: Sequence, frame: int, image_size: int) -> None:
+    """Score the block under each region prompt's click (`heuristic_point_region`)."""
+    kinds = [k for page in region_batch["prompt_kind"] for k in page]
+    valid = region_batch["prompt_valid"].reshape(-1)
+    masks = clicked_block_masks(region_batch, pages, frame, blocks, input_size=image_size)
+    metrics["heuristic_point_region"].update(masks.flatten(0, 1)[valid], targets[valid], kinds)
+
+
+def _metric_sets(prompt_sets: Sequence[str], heuristics: bool,
+                 snap: bool) -> tuple[dict[str, SegmentationMetrics], list[str], list[str]]:
+    """The metrics `evaluate` fills — one per prompt set, heuristic, snapped and painted set — and
+    the names of the sets scored snapped (they read the words) and painted (questions)."""
+    sizes = tuple(name for name, _ in REGION_SIZES)
+    metrics = {name: SegmentationMetrics(kinds=sizes if name.endswith("_region") else QUESTION_KINDS)
+               for name in prompt_sets}
+    if heuristics:
+        metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
+        if "point_region" in prompt_sets:
+            metrics |= {name: SegmentationMetrics(kinds=sizes) for name in HEURISTIC_REGION_SETS}
+    snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
+    metrics |= {f"{name}_{how}": SegmentationMetrics(kinds=metrics[name].kinds)
+                for name in snapped_sets for how in ("snap", "blocks")}
+    painted_sets = [name for name in snapped_sets if "question" in PROMPT_SETS[name][0]]
+    metrics |= {f"{name}_words": SegmentationMetrics(kinds=metrics[name].kinds) for name in painted_sets}
+    return metrics, snapped_sets, painted_sets
 
 
 def frame_targets(batch: dict, pages: Sequence[Page], size: int) -> torch.Tensor:
