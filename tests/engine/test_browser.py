@@ -59,6 +59,9 @@ def test_ask_click_accept_undo_in_the_browser(live, browser):
     page.goto(url + "/")
     page.wait_for_selector("#page-list .page.current")
     page_id = store.pages()[0].id
+    # the list marks the page at once; its name is written once its image has loaded
+    page.wait_for_function("id => document.querySelector('#page-name').textContent.startsWith(id)",
+                           arg=page_id, timeout=10_000)
     assert page.text_content("#page-name").startswith(page_id)
 
     # a question -> a mask overlay
