@@ -127,8 +127,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
             batch = collate(page_list)
-            region_pages = [regions_as_prompts(p, max_questions, seed) for p in page_list]
-            region_batch = collate(region_pages) if any(name.endswith("_region") for name in prompt_sets) else None
+            region_pages = [regions_as_prompts(p, max_questions, seed) for p in page_list] \
+                if any(name.endswith("_region") for name in prompt_sets) else None
+            region_batch = None if region_pages is None else collate(region_pages)
             grouped, targets_in_frame = {}, {}   # batch id -> page_blocks / targets, made once per batch
 
             def targets_of(b: dict, prompt_pages: Sequence[Page]) -> torch.Tensor:
@@ -136,6 +137,11 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                     targets_in_frame[id(b)] = b["masks"].flatten(0, 1) > 0.5 if frame == image_size \
                         else frame_targets(b, prompt_pages, frame)
                 return targets_in_frame[id(b)]
+
+            def blocks_of(b: dict) -> list:
+                if id(b) not in grouped:
+                    grouped[id(b)] = page_blocks(b, page_list, frame)
+                return grouped[id(b)]
 
             for name in prompt_sets:
                 prompt_kinds, with_ocr = PROMPT_SETS[name]
@@ -149,11 +155,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 if name in snapped_sets:
                     snapped = snap_batch(masks, b, frame)
                     metrics[f"{name}_snap"].update(snapped[valid], targets, kinds)
-                    if id(b) not in grouped:
-                        grouped[id(b)] = page_blocks(b, page_list, frame)
                     points = out["points"] if out["points"] is None \
                         else (scale_points(out["points"][0], frame / image_size), out["points"][1])
-                    completed = snap_batch(masks, b, frame, grouped[id(b)], points)
+                    completed = snap_batch(masks, b, frame, blocks_of(b), points)
                     metrics[f"{name}_blocks"].update(completed[valid], targets, kinds)
                 if name in painted_sets and out["relevance"] is not None:
                     painted = paint_batch(out["relevance"] > 0, b, frame)
@@ -161,10 +165,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
             if heuristics:
                 _score_heuristics(metrics, batch, targets_of(batch, page_list), frame, image_size)
                 if "point_region" in prompt_sets:
-                    if id(region_batch) not in grouped:
-                        grouped[id(region_batch)] = page_blocks(region_batch, page_list, frame)
                     _score_click_heuristic(metrics, region_batch, targets_of(region_batch, region_pages),
-                                           page_list, grouped[id(region_batch)], frame, image_size)
+                                           page_list, blocks_of(region_batch), frame, image_size)
     finally:
         task.use_ocr = use_ocr
     results = {}

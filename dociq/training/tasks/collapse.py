@@ -63,6 +63,11 @@ class CollapseRegConfig:
     def active(self) -> bool:
         return self.variance > 0 or self.covariance > 0 or self.sigreg > 0
 
+    def weighted(self, terms: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The regulariser's share of the loss, from `collapse_terms`' output."""
+        return (self.variance * terms["reg_var"] + self.covariance * terms["reg_cov"]
+                + self.sigreg * terms["reg_sigreg"])
+
 
 def unit_residuals(tokens: torch.Tensor, idx: torch.Tensor, num_units: int) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens [B,K,E] of units idx [B,K] -> (residuals [R,E] from each unit's mean over the pages

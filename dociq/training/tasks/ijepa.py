@@ -143,8 +143,7 @@ class IJEPATask(DociqTask):
         if self.reg.active:
             out.update(collapse_terms(context, ctx_idx, self.image_encoder.num_units, self.reg,
                                       step=self.global_step))
-            out["loss"] = (out["loss"] + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
-                           + self.reg.sigreg * out["reg_sigreg"])
+            out["loss"] = out["loss"] + self.reg.weighted(out)
         if B > 1:  # collapse signals: 0 when every page maps to the same features
             out["target_std"] = features.std(dim=0).mean()
             out["pred_std"] = pred.detach().reshape(B, M * Nt, -1).std(dim=0).mean()

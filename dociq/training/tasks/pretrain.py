@@ -140,8 +140,7 @@ class PretrainTask(DociqTask):
                 image_tokens.shape[1], device=image_tokens.device).expand(image_tokens.shape[:2])
             out.update(collapse_terms(image_tokens, idx, self.model.image_encoder.num_units, self.reg,
                                       step=self.global_step))
-            total = (total + self.reg.variance * out["reg_var"] + self.reg.covariance * out["reg_cov"]
-                     + self.reg.sigreg * out["reg_sigreg"])
+            total = total + self.reg.weighted(out)
         if w["djepa"] > 0:
             out.update(self._djepa(batch, fused_img))
             total = total + w["djepa"] * out["djepa"]
