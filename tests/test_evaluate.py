@@ -30,11 +30,12 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
         seen_ocr.append((tuple(kinds), task.use_ocr))
         out = run_rounds(batch, rounds, kinds)
         out["masks"] = out["targets"] * 2 - 1          # logits > 0 exactly on the target
+        out["candidates"] = out["masks"][:, None].expand(-1, 3, -1, -1)
         return out
 
     monkeypatch.setattr(task, "run_rounds", oracle)
     results = evaluate(task, pages=4, batch_size=2, max_questions=3)
-    assert set(results) == set(PROMPT_SETS)
+    assert set(results) == set(PROMPT_SETS) | {"point_region_oracle"}
     for r in results.values():
         assert r["miou"] == pytest.approx(1.0)
         assert sum(v for k, v in r.items() if k.startswith("count_")) >= 4
@@ -74,6 +75,30 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
     monkeypatch.setattr(heldout, "SyntheticDocuments", Recording)
     other = evaluate(task, pages=2, batch_size=2, max_questions=2, prompt_sets=("box",), page_size=2 * size)
     assert drawn == [2 * size] and other["box"]["miou"] == pytest.approx(1.0)
+
+
+def test_the_click_oracle_scores_the_candidate_closest_to_the_region(checkpoint, monkeypatch):
+    task = load_task(checkpoint)
+    run_rounds = task.run_rounds
+
+    def second_candidate_right(batch, rounds, kinds=None):
+        # the IoU head's choice is the target's complement; of the three candidates only the
+        # second is the target
+        out = run_rounds(batch, rounds, kinds)
+        right = out["targets"] * 2 - 1
+        out["masks"] = -right
+        out["candidates"] = torch.stack([-right, right, torch.full_like(right, -1.0)], dim=1)
+        return out
+
+    monkeypatch.setattr(task, "run_rounds", second_candidate_right)
+    size = int(task.hparams["model"]["image_size"])
+    for frame in (None, 2 * size):
+        results = evaluate(task, pages=4, batch_size=2, max_questions=3, prompt_sets=("point_region",),
+                           eval_size=frame)
+        chosen, oracle = results["point_region"], results["point_region_oracle"]
+        assert chosen["miou"] < 0.05 and oracle["miou"] > 0.95
+        assert {k: v for k, v in oracle.items() if k.startswith("count_")} == \
+            {k: v for k, v in chosen.items() if k.startswith("count_")}
 
 
 def test_frame_targets_are_the_question_masks_at_any_size():

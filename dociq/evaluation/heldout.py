@@ -13,7 +13,8 @@ training, which no training page shares) is prompted, one round, three ways:
   question targets, and a plural layout question's target is several regions inside one box.)
 - `point_region`: one positive click inside each of the same regions, nothing else, target that
   region's mask — SAM's click prompt (the model's three candidate masks; the one its IoU head
-  ranks first is scored).
+  ranks first is scored). `point_region_oracle` scores the candidate closest to the target
+  instead (SAM's "oracle"): what a better choice among the three would give.
 The `_region` sets report their regions by size, as COCO does: `small` (< 1 % of the page),
 `medium` (1-5 %), `large` (>= 5 %) — on synthetic pages most small regions are table cells and
 form fields, the large ones paragraphs, tables and figures.
@@ -62,7 +63,7 @@ from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
 from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
 from dociq.io.checkpoint import CheckpointError, read_checkpoint
 from dociq.training.tasks.segment import SegmentTask
-from dociq.training.tasks.segment_metrics import SegmentationMetrics
+from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 from dociq.io.track import track
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
@@ -152,6 +153,9 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 valid, targets = out["valid"], targets_of(b, prompt_pages)[out["valid"]]
                 masks = to_frame(out["masks"], frame)
                 metrics[name].update(masks[valid], targets, kinds)
+                if name == "point_region":
+                    best = oracle_masks(out["candidates"][valid], image_size, frame, targets)
+                    metrics["point_region_oracle"].update(best, targets, kinds)
                 if name in snapped_sets:
                     snapped = snap_batch(masks, b, frame)
                     metrics[f"{name}_snap"].update(snapped[valid], targets, kinds)
@@ -205,6 +209,8 @@ def _metric_sets(prompt_sets: Sequence[str], heuristics: bool,
         metrics |= {name: SegmentationMetrics(kinds=QUESTION_KINDS) for name in HEURISTIC_SETS}
         if "point_region" in prompt_sets:
             metrics |= {name: SegmentationMetrics(kinds=sizes) for name in HEURISTIC_REGION_SETS}
+    if "point_region" in prompt_sets:
+        metrics["point_region_oracle"] = SegmentationMetrics(kinds=sizes)
     snapped_sets = [name for name in prompt_sets if snap and PROMPT_SETS[name][1]]   # not without the words
     metrics |= {f"{name}_{how}": SegmentationMetrics(kinds=metrics[name].kinds)
                 for name in snapped_sets for how in ("snap", "blocks")}
@@ -230,6 +236,22 @@ def to_frame(logits: torch.Tensor, size: int) -> torch.Tensor:
     if logits.shape[-1] != size:
         logits = F.interpolate(logits[:, None], size=(size, size), mode="bilinear", align_corners=False)[:, 0]
     return logits > 0
+
+
+def oracle_masks(candidates: torch.Tensor, input_size: int, frame: int, targets: torch.Tensor) -> torch.Tensor:
+    """bool [N, frame, frame]: per prompt, of its candidate mask logits [N, C, h, w] the one with the
+    highest IoU against its target, each brought to the frame as the chosen mask is (to the input
+    size, then to the frame)."""
+    best = torch.zeros_like(targets)
+    best_iou = torch.full((targets.shape[0],), -1.0)
+    for k in range(candidates.shape[1]):
+        logits = F.interpolate(candidates[:, k:k + 1], size=(input_size, input_size), mode="bilinear",
+                               align_corners=False)[:, 0]
+        masks = to_frame(logits, frame)
+        iou, _ = per_prompt_iou_dice(masks, targets)
+        better = iou > best_iou
+        best[better], best_iou[better] = masks[better], iou[better]
+    return best
 
 
 def scale_points(coords: torch.Tensor, factor: float) -> torch.Tensor:

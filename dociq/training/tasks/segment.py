@@ -291,7 +291,8 @@ class SegmentTask(DociqTask):
                 mask_prompt = chosen
                 ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
         final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
-        return {"loss": total, "rounds": per_round, "masks": final, "targets": targets, "valid": valid,
+        return {"loss": total, "rounds": per_round, "masks": final, "candidates": masks.detach(),
+                "targets": targets, "valid": valid,
                 "points": points, "mask_prompt": mask_prompt, "word": word, "word_class": word_class,
                 "relevance": None if grounding is None else grounding.relevance}
 
