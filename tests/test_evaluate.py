@@ -35,10 +35,13 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
 
     monkeypatch.setattr(task, "run_rounds", oracle)
     results = evaluate(task, pages=4, batch_size=2, max_questions=3)
-    assert set(results) == set(PROMPT_SETS) | {"point_region_oracle"}
+    assert set(results) == set(PROMPT_SETS) | {"point_region_oracle", "question_layout_by_class"}
     for r in results.values():
         assert r["miou"] == pytest.approx(1.0)
         assert sum(v for k, v in r.items() if k.startswith("count_")) >= 4
+    # every layout question is counted once under the class of the regions it asks for
+    by_class = results["question_layout_by_class"]
+    assert sum(v for k, v in by_class.items() if k.startswith("count_")) == results["question"]["count_layout"]
     assert (("question",), False) in seen_ocr and (("question",), True) in seen_ocr
     assert task.use_ocr                                  # restored after the no-OCR pass
 
@@ -99,6 +102,30 @@ def test_the_click_oracle_scores_the_candidate_closest_to_the_region(checkpoint,
         assert chosen["miou"] < 0.05 and oracle["miou"] > 0.95
         assert {k: v for k, v in oracle.items() if k.startswith("count_")} == \
             {k: v for k, v in chosen.items() if k.startswith("count_")}
+
+
+def test_layout_questions_are_split_by_the_class_they_ask_for():
+    from dociq.data.collate import DocumentCollator
+    from dociq.data.synthetic.generator import SyntheticDocuments
+    from dociq.evaluation.heldout import MeanByName, question_classes
+
+    pages = [SyntheticDocuments(num_pages=3, image_size=128, seed=5)[i] for i in range(3)]
+    batch = DocumentCollator(128, questions=True, max_questions=6, seed=0)(pages)
+    names = question_classes(batch, pages)
+    kinds = [k for page in batch["prompt_kind"] for k in page]
+    assert len(names) == len(kinds) == int(batch["prompt_valid"].sum())
+    for (page, index) in zip(pages, batch["prompt_question_index"]):
+        for k in index:
+            q = page.questions[k]
+            if q.kind == "layout":
+                assert {page.regions[r].label for r in q.region_ids} <= {n for n in names if n}
+    assert [n is None for n in names] == [k != "layout" for k in kinds] and any(names)
+
+    mean = MeanByName()
+    mean.add(torch.tensor([1.0, 0.0, 0.5, 0.25]), ["title", "table", "title", None])
+    out = mean.compute()
+    assert out == {"miou": pytest.approx(0.5), "miou_title": 0.75, "miou_table": 0.0,
+                   "count_title": 2, "count_table": 1}
 
 
 def test_frame_targets_are_the_question_masks_at_any_size():

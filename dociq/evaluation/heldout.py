@@ -15,6 +15,7 @@ training, which no training page shares) is prompted, one round, three ways:
   region's mask — SAM's click prompt (the model's three candidate masks; the one its IoU head
   ranks first is scored). `point_region_oracle` scores the candidate closest to the target
   instead (SAM's "oracle"): what a better choice among the three would give.
+`question_layout_by_class` splits the layout questions' mIoU by the region class they ask for.
 The `_region` sets report their regions by size, as COCO does: `small` (< 1 % of the page),
 `medium` (1-5 %), `large` (>= 5 %) — on synthetic pages most small regions are table cells and
 form fields, the large ones paragraphs, tables and figures.
@@ -123,6 +124,7 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     collate = DocumentCollator(image_size, question_tokenizer=QuestionTokenizer(context), questions=True,
                                max_questions=max_questions, seed=seed)
     metrics, snapped_sets, painted_sets = _metric_sets(prompt_sets, heuristics, snap)
+    by_class = MeanByName()
     use_ocr = task.use_ocr
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
@@ -152,10 +154,12 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 out = task.run_rounds(b, 1, kinds=prompt_kinds)
                 valid, targets = out["valid"], targets_of(b, prompt_pages)[out["valid"]]
                 masks = to_frame(out["masks"], frame)
-                metrics[name].update(masks[valid], targets, kinds)
+                iou, _ = metrics[name].update(masks[valid], targets, kinds)
+                if name == "question":
+                    by_class.add(iou, question_classes(b, prompt_pages))
                 if name == "point_region":
-                    best = oracle_masks(out["candidates"][valid], image_size, frame, targets)
-                    metrics["point_region_oracle"].update(best, targets, kinds)
+                    metrics["point_region_oracle"].update(
+                        oracle_masks(out["candidates"][valid], image_size, frame, targets), targets, kinds)
                 if name in snapped_sets:
                     snapped = snap_batch(masks, b, frame)
                     metrics[f"{name}_snap"].update(snapped[valid], targets, kinds)
@@ -173,12 +177,54 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                                            page_list, blocks_of(region_batch), frame, image_size)
     finally:
         task.use_ocr = use_ocr
+    return _results(metrics, by_class)
+
+
+def _results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByName") -> dict:
+    """{set: {miou, dice, miou_<kind>, ..., count_<kind>}}, and the layout questions by class."""
     results = {}
     for name, m in metrics.items():
         values = {k: float(v) for k, v in m.compute().items()}
         counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
         results[name] = values | counts
+    if by_class.counts:
+        results["question_layout_by_class"] = by_class.compute()
     return results
+
+
+class MeanByName:
+    """Running mean IoU per name (a question's region class); names are not known in advance."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, values: torch.Tensor, names: Sequence[str | None]) -> None:
+        for value, name in zip(values.tolist(), names):
+            if name is not None:
+                self.sums[name] = self.sums.get(name, 0.0) + value
+                self.counts[name] = self.counts.get(name, 0) + 1
+
+    def compute(self) -> dict:
+        """{"miou": over all, "miou_<name>": ..., "count_<name>": ...}, names by count."""
+        names = sorted(self.counts, key=lambda n: -self.counts[n])
+        out = {"miou": sum(self.sums.values()) / sum(self.counts.values())}
+        for n in names:
+            out[f"miou_{n}"] = self.sums[n] / self.counts[n]
+        return out | {f"count_{n}": self.counts[n] for n in names}
+
+
+def question_classes(batch: dict, pages: Sequence[Page]) -> list[str | None]:
+    """Per prompt of the batch (in the order of its valid prompts): the region class a layout
+    question asks for ("mixed" when its regions have several), None for other kinds."""
+    out = []
+    for page, index in zip(pages, batch["prompt_question_index"]):
+        for k in index:
+            question = page.questions[k]
+            labels = {page.regions[r].label for r in question.region_ids}
+            out.append(None if question.kind != "layout" or not labels
+                       else labels.pop() if len(labels) == 1 else "mixed")
+    return out
 
 
 def _score_heuristics(metrics: dict, batch: dict, targets: torch.Tensor, frame: int, image_size: int) -> None:
@@ -388,12 +434,17 @@ def format_table(results: dict[str, dict]) -> str:
     kinds = ["layout", "reading", "cell", "link"] + [name for name, _ in REGION_SIZES]
     lines = ["| checkpoint | prompt | mIoU | " + " | ".join(f"mIoU {k}" for k in kinds) + " |",
              "|---|---|---|" + "---|" * len(kinds)]
+    by_class = []
     for ckpt, sets in results.items():
         for name, r in sets.items():
+            if name == "question_layout_by_class":
+                by_class.append(f"layout questions by class, {ckpt}: " + ", ".join(
+                    f"{k[5:]} {100 * v:.1f} (n={r[f'count_{k[5:]}']})" for k, v in r.items() if k.startswith("miou_")))
+                continue
             cells = [f"{100 * r[f'miou_{k}']:.1f} (n={r.get(f'count_{k}', '?')})" if f"miou_{k}" in r else "-"
                      for k in kinds]
             lines.append(f"| {ckpt} | {name} | {100 * r.get('miou', float('nan')):.1f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + by_class)
 
 
 @torch.no_grad()
