@@ -82,3 +82,5 @@ def test_the_make_finetune_stages_compose(repo_root, tmp_path):
         assert finetune.model.image_size == size and finetune.data.image_size == size
         assert OmegaConf.select(finetune, "task.loss_size") == size // 4
         assert finetune.trainer.max_steps == 1200
+        # synthetic pages are drawn at 256 px at every input size (the collator resizes them)
+        assert [d.image_size for d in finetune.data.train_set.datasets if "Synthetic" in d._target_] == [256]
