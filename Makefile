@@ -35,9 +35,10 @@ pretrain: $(STAMP)
 # Stage 1 `stage=pretrain` (PRETRAIN_ARGS), stage 2 `stage=finetune init.from=<its last.ckpt>` (ARGS),
 # both on real corpus pages mixed half and half with synthetic ones (data=corpus_mixed); the
 # recipe corpus is built first when it is missing. Pretraining reads 256-px pages; fine-tuning
-# reads FINETUNE_SIZE px (the image encoder's position table is resampled). FINETUNE_SIZE=384 is
-# better on every real-page row but costs synthetic layout and cell questions (docs/finetune.md,
-# "Fine-tuning at 384 px"); 1,200 steps take ~27 min at 256 px, ~37-40 min at 384 on 2 CPU cores.
+# reads FINETUNE_SIZE px (the image encoder's position table is resampled). FINETUNE_SIZE=384
+# answers real pages better but still misses issue 10's synthetic layout and cell targets
+# (docs/finetune.md, "384 px with the synthetic pages drawn at 256"); 1,200 steps take ~27 min at
+# 256 px, ~38 min at 384 on 2 CPU cores.
 RECIPE_DATA ?= data=corpus_mixed
 FINETUNE_STEPS ?= 1200
 FINETUNE_SIZE ?= 256
