@@ -53,9 +53,11 @@ def test_eval_cli_scores_the_held_out_split_of_a_corpus(finetune_checkpoint, tmp
     result = json.loads(out.read_text())[str(finetune_checkpoint[0])]
     assert set(result) == {"question", "question_no_ocr", "box_region", "heuristic_question", "heuristic_box",
                            "question_snap", "box_region_snap", "question_blocks", "box_region_blocks",
-                           "question_words"}
+                           "question_words", "question_layout_by_class"}
     # The val split holds one document of two pages, two questions each (a category and a layout one).
     assert result["question"]["count_category"] == 2 and result["question"]["count_layout"] == 2
+    # the layout questions again, by the class of the regions they ask for
+    assert sum(v for k, v in result["question_layout_by_class"].items() if k.startswith("count_")) == 2
     assert 0.0 <= result["question"]["miou"] <= 1.0
     assert main([str(finetune_checkpoint[0]), "--data", "corpus", "--corpus", str(tmp_path / "none")]) == 2
     assert "none" in capsys.readouterr().err
