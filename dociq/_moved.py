@@ -43,6 +43,7 @@ MOVED = {
     "dociq.models.predictor": "dociq.models.jepa_predictor",
     "dociq.models.dociq": "dociq.models.document_model",
     "dociq.engine.cli": "dociq.cli.engine",
+    "dociq.models.text_blocks": "dociq.data.text_blocks",
 }
 
 

@@ -13,7 +13,7 @@ from dociq.cli.segment_page import main
 from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, SegmentedRegion, assign_categories,
                                        grid_points, mask_boxes, mask_iou_matrix, nms, remove_small_regions,
                                        stability_score, to_coco_results)
-from dociq.models.text_blocks import block_boxes, group_blocks, group_lines, line_points
+from dociq.data.text_blocks import block_boxes, group_blocks, group_lines, line_points
 from dociq.inference.overlay import draw_overlay
 
 

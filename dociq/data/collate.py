@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from dociq.data.lexical import clip_word_positions, match_matrix
 from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, LAYOUT_SCALE, REGION_CLASSES, Page
+from dociq.data.text_blocks import group_blocks
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class DocumentCollator:
     text_masking:  called as `text_masking(ids, special, generator, allowed=None) -> (mlm_ids, labels)`;
                    with `text_masking.visible_only` the MLM words are chosen among tokens lying in
                    context units (needs image_masking with a `grid`).
+    blocks: add `ocr_block_index` (the text block of every token; default: with `questions`).
     """
 
     def __init__(
@@ -143,8 +145,12 @@ class DocumentCollator:
         text_masking: Callable | None = None,
         seed: int | None = None,
         max_question_words: int = 12,
+        blocks: bool | None = None,
     ) -> None:
         self.image_size = image_size
+        # the text blocks (`ocr_block_index`) serve the prompts' word grounding; pretraining has
+        # no prompts and skips their cost (~20 ms per 1,000-word page)
+        self.blocks = questions if blocks is None else bool(blocks)
         self.ocr_tokenizer = ocr_tokenizer or OcrTokenizer()
         self.questions = questions
         self.question_tokenizer = question_tokenizer or (QuestionTokenizer() if questions else None)
@@ -196,6 +202,8 @@ class DocumentCollator:
 
         batch: dict = {"image": torch.stack(images), "skipped": skipped}
         self._add_ocr(batch, encoded)
+        if self.blocks:
+            batch["ocr_block_index"] = block_index(pages, batch["ocr_word_index"])
         if self.questions:
             batch["ocr_word_class"] = word_classes(pages, batch["ocr_word_index"])
             self._add_questions(batch, pages, g)
@@ -275,6 +283,23 @@ class DocumentCollator:
 
 
 REGION_INDEX = {name: i for i, name in enumerate(REGION_CLASSES)}
+
+
+def block_index(pages: Sequence[Page], word_index: torch.Tensor) -> torch.Tensor:
+    """long [B, T]: per OCR token, the text block (paragraph, list item, heading, line of a table:
+    `text_blocks.group_blocks`, from the word boxes and the words alone) its word lies in, numbered
+    per page; -1 for special and pad tokens. The grounding spreads a click or a matched question
+    word to its block with it."""
+    out = torch.full_like(word_index, -1)
+    for i, page in enumerate(pages):
+        if not len(page.words):
+            continue
+        per_word = np.full(len(page.words), -1, dtype=np.int64)
+        for k, ids in enumerate(group_blocks(page.word_boxes, page.words)):
+            per_word[ids] = k
+        tokens = word_index[i]
+        out[i] = torch.where(tokens >= 0, torch.from_numpy(per_word)[tokens.clamp(min=0)], out[i])
+    return out
 
 
 def word_classes(pages: Sequence[Page], word_index: torch.Tensor) -> torch.Tensor:

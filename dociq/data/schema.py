@@ -85,6 +85,8 @@ BATCH_KEYS = {
     "ocr_mask": "bool [B,T] True where a real token",
     "ocr_boxes": "long [B,T,4] token boxes x0,y0,x1,y1 in 0..1000",
     "ocr_word_index": "long [B,T] index of the page word each token came from, -1 for special/pad",
+    "ocr_block_index": "long [B,T] text block (dociq.data.text_blocks) of the token's word, numbered per page, "
+                       "-1 for special/pad",
     "ocr_word_class": "long [B,T] REGION_CLASSES index of the smallest region holding the token's word, "
                       "-1 = none (finetune)",
     "prompt_ids": "long [B,Q,L] open_clip tokens of the questions (finetune)",

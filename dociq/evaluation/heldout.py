@@ -59,7 +59,7 @@ from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
-from dociq.models.text_blocks import group_blocks
+from dociq.data.text_blocks import group_blocks
 from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
 from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
 from dociq.io.checkpoint import CheckpointError, read_checkpoint

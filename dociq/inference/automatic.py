@@ -45,7 +45,7 @@ from torchvision.ops import batched_nms, masks_to_boxes
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.io.rle import decode_rle, encode_rle
-from dociq.models.text_blocks import block_boxes, line_points
+from dociq.data.text_blocks import block_boxes, line_points
 from dociq.models.word_snap import snap_to_words
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
-from dociq.models.text_blocks import group_blocks
+from dociq.data.text_blocks import group_blocks
 from dociq.models.word_snap import snap_to_blocks, snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
@@ -83,7 +83,7 @@ class Predictor:
         self.use_ocr = use_ocr
         self.max_question_words = int(max_question_words)
         self.use_lexical_match = True
-        self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer)
+        self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer, blocks=True)
         question_encoder = model.prompt_encoder.question_encoder
         self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
         self._page: PageState | None = None

@@ -23,6 +23,13 @@ The word nearest each click (within `click_margin` layout units) is tagged as cl
 negative, and the tokens on its line and in its column get the click's row / column roles, as
 matched question words do; the same transformer then spreads the click to its block.
 
+With `text_blocks`, the page's text blocks (paragraphs, list items, headings: `ocr_block_index`,
+grouped from the word boxes by dociq.data.text_blocks) join in: the tokens in the block of a
+clicked or matched word get that block's role, every grounding layer adds each token its block's
+mean, and the features are also painted over each block's whole box, so a mask can fill the
+spaces between a paragraph's lines that no word box covers. A user clicking a paragraph means the
+paragraph; at stride 4 of a 256-px page its lines are 3 px apart.
+
 Prompts with neither a question nor a click on words get zero maps: the decoder then behaves as SAM.
 """
 from __future__ import annotations
@@ -143,6 +150,53 @@ def clicked_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Ten
     return torch.stack(rows, dim=1).float()
 
 
+def _block_slots(block_index: Tensor, prompts: int) -> tuple[Tensor, int]:
+    """Per prompt and token, its block's slot: long [N, T] (0 = no block, k + 1 = block k) and
+    the number of slots."""
+    slots = (block_index.long() + 1).clamp(min=0).repeat_interleave(prompts, dim=0)
+    return slots, int(slots.max()) + 1 if slots.numel() else 1
+
+
+@torch.no_grad()   # geometry of the inputs: no parameters inside
+def in_tagged_block(tagged: Tensor, block_index: Tensor) -> Tensor:
+    """For prompt n, row k and token t: 1 when t lies in a text block that holds a token tagged in
+    row k. tagged [N, K, T] (0/1; N = B*Q image-major), block_index long [B, T] (-1: no block) ->
+    float [N, K, T]."""
+    n, k, _ = tagged.shape
+    slots, count = _block_slots(block_index, n // block_index.shape[0])
+    index = slots[:, None].expand(-1, k, -1)
+    hit = tagged.new_zeros(n, k, count, dtype=torch.float32)
+    hit.scatter_reduce_(2, index, (tagged > 0).float(), reduce="amax")
+    hit[..., 0] = 0                      # tokens in no block share nothing
+    return hit.gather(2, index)
+
+
+def block_means(x: Tensor, block_index: Tensor) -> tuple[Tensor, Tensor]:
+    """Per prompt, the mean token feature of every text block: x [N, T, C], block_index [B, T] ->
+    (means [N, S, C] per slot, slot 0 = tokens in no block, zeroed; slots long [N, T])."""
+    n, _, c = x.shape
+    slots, count = _block_slots(block_index, n // block_index.shape[0])
+    sums = x.new_zeros(n, count, c).scatter_add_(1, slots[..., None].expand(-1, -1, c), x)
+    counts = x.new_zeros(n, count).scatter_add_(1, slots, torch.ones_like(slots, dtype=x.dtype))
+    means = sums / counts.clamp(min=1)[..., None]
+    return torch.cat([torch.zeros_like(means[:, :1]), means[:, 1:]], dim=1), slots
+
+
+@torch.no_grad()
+def block_extents(boxes: Tensor, block_index: Tensor) -> Tensor:
+    """The box around each text block's tokens: boxes [B, T, 4], block_index [B, T] -> float
+    [B, S, 4] per slot (slot 0 and absent blocks: an empty box)."""
+    slots, count = _block_slots(block_index, 1)
+    b = boxes.float()
+    lo = b.new_full((b.shape[0], count, 2), float("inf")).scatter_reduce_(
+        1, slots[..., None].expand(-1, -1, 2), b[..., :2], reduce="amin")
+    hi = b.new_full((b.shape[0], count, 2), float("-inf")).scatter_reduce_(
+        1, slots[..., None].expand(-1, -1, 2), b[..., 2:], reduce="amax")
+    out = torch.cat([lo, hi], dim=-1)
+    out[:, 0] = 0
+    return torch.where(torch.isfinite(out), out, torch.zeros_like(out))
+
+
 class BoxFourierFeatures(nn.Module):
     """Box centre (sin/cos at octave frequencies) and size -> `dim`. Dot products of these
     features are smooth functions of centre differences: "same row", "same column"."""
@@ -193,22 +247,32 @@ class Grounding:
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
                  mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True,
-                 window: int | None = None, click_words: bool = False, click_margin: float = 20.0) -> None:
+                 window: int | None = None, click_words: bool = False, click_margin: float = 20.0,
+                 text_blocks: bool = False) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
         tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
         alignment: also tell each token which question words are matched on its text line and in
         its column (a table cell is where the row key's line crosses the header's column).
         click_words: clicks tag the word they fall on (see `clicked_words`; off in checkpoints
         made before it existed); click_margin: how far from a word, in layout units (0..1000 of
-        the page frame), a click still takes it."""
+        the page frame), a click still takes it. text_blocks: use the page's text blocks (module
+        docstring; the batch key `ocr_block_index`; off in checkpoints made before it)."""
         super().__init__()
         self.alignment = alignment
         self.click_words, self.click_margin = bool(click_words), float(click_margin)
+        self.text_blocks = bool(text_blocks)
         if self.click_words:
             # [positive, negative]: the clicked word itself, tokens on its line, tokens in its column
             self.click_embed = nn.Parameter(torch.randn(2, dim) * 0.02)
             self.click_row = nn.Parameter(torch.randn(2, dim) * 0.02)
             self.click_column = nn.Parameter(torch.randn(2, dim) * 0.02)
+            if self.text_blocks:   # tokens in the clicked word's block
+                self.click_block = nn.Parameter(torch.randn(2, dim) * 0.02)
+        if self.text_blocks:
+            self.block_role = nn.Linear(dim, dim)     # question word matched in the token's block
+            self.block_mix = nn.ModuleList(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim)) for _ in range(depth))
+            self.block_to_dense = nn.Linear(dim + 1, dim)
+            self.block_to_high_res = nn.Linear(dim + 1, high_res_dim)
         if alignment:
             self.row_role = nn.Linear(dim, dim)
             self.column_role = nn.Linear(dim, dim)
@@ -230,56 +294,83 @@ class WordGrounding(nn.Module):
 
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
-                grid: tuple[int, int], clicked: Tensor | None = None) -> Grounding:
+                grid: tuple[int, int], clicked: Tensor | None = None,
+                block_index: Tensor | None = None) -> Grounding:
         """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
         (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
         [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
         [N,J] (CLIP position of content word j, -1 none), has_question bool [N], clicked float
         [N, 2, T] (`clicked_words`; only with click_words). grid: the stride-16 (h, w) of the
-        decoder's image embedding."""
+        decoder's image embedding. block_index long [B,T] (`ocr_block_index`; with text_blocks)."""
         b, t, _ = text_tokens.shape
         n = question_tokens.shape[0]
         if n % b:
             raise ValueError(f"WordGrounding: {n} prompts for {b} pages; prompts are flattened B*Q")
+        if self.text_blocks and block_index is None:
+            raise KeyError("this model's word grounding uses the page's text blocks: the batch needs the key "
+                           "`ocr_block_index` (DocumentCollator(..., blocks=True) makes it)")
+        blocks = block_index if self.text_blocks else None
         q = n // b
         x = self.text_in(text_tokens).repeat_interleave(q, dim=0)                 # [N, T, C]
-        x = x + self._match_features(question_tokens, match, word_pos, boxes)
+        x = x + self._match_features(question_tokens, match, word_pos, boxes, blocks)
         active = has_question.bool()
         if clicked is not None:
             if not self.click_words:
                 raise ValueError("WordGrounding got clicks but was built with click_words=False")
-            x = x + self._click_features(clicked, boxes)
+            x = x + self._click_features(clicked, boxes, blocks)
             active = active | clicked.flatten(1).bool().any(1)
         pos = self.pos(boxes).repeat_interleave(q, dim=0)
         key_mask = token_mask.bool().repeat_interleave(q, dim=0)
         x = x + pos
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             x = block(x, pos, key_mask, question_tokens)
+            if blocks is not None:   # every token hears its whole text block, whatever the window
+                means, slots = block_means(x, blocks)
+                x = x + self.block_mix[i](means.gather(1, slots[..., None].expand_as(x)))
         x = self.norm_out(x)
         relevance = self.relevance_head(x)                                           # [N, T, 1]
         feats = torch.cat([x, relevance], dim=-1)
         words = first_subtokens(word_index) & token_mask.bool()
-        gate = active.to(x.dtype)[:, None, None, None]
         h, w = grid
-        cov16 = box_coverage(boxes, h, w) * words[..., None]
         cov4 = box_coverage(boxes, 4 * h, 4 * w) * words[..., None]
-        dense = rasterise(self.to_dense(feats), cov16, (h, w)) * gate
-        high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w)) * gate
-        return Grounding(relevance[..., 0], dense, high_res, cov4, words, active)
+        dense = rasterise(self.to_dense(feats), box_coverage(boxes, h, w) * words[..., None], (h, w))
+        high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w))
+        if blocks is not None:
+            block_dense, block_high_res = self._paint_blocks(feats, boxes, blocks, grid)
+            dense, high_res = dense + block_dense, high_res + block_high_res
+        gate = active.to(x.dtype)[:, None, None, None]
+        return Grounding(relevance[..., 0], dense * gate, high_res * gate, cov4, words, active)
 
-    def _click_features(self, clicked: Tensor, boxes: Tensor) -> Tensor:
+    def _paint_blocks(self, feats: Tensor, boxes: Tensor, block_index: Tensor,
+                      grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        """Each text block's mean feature painted over the block's whole box -> (dense [N, C, h, w],
+        high_res [N, C/8, 4h, 4w])."""
+        h, w = grid
+        means, _ = block_means(feats, block_index)                                   # [N, S, C+1]
+        extents = block_extents(boxes, block_index)                                  # [B, S, 4]
+        dense = rasterise(self.block_to_dense(means), box_coverage(extents, h, w), (h, w))
+        high_res = rasterise(self.block_to_high_res(means), box_coverage(extents, 4 * h, 4 * w), (4 * h, 4 * w))
+        return dense, high_res
+
+    def _click_features(self, clicked: Tensor, boxes: Tensor, block_index: Tensor | None = None) -> Tensor:
         """Per token: the click roles of the word it is (clicked), of the clicked word on its line,
-        and of the clicked word in its column. clicked [N, 2, T] -> [N, T, C]."""
+        in its column and (with text blocks) in its block. clicked [N, 2, T] -> [N, T, C]."""
         clicked = clicked.to(self.click_embed.dtype)
         in_row, in_column = matched_on_line_and_column(clicked, boxes)
-        return (torch.einsum("nkt,kc->ntc", clicked, self.click_embed)
-                + torch.einsum("nkt,kc->ntc", in_row.to(clicked.dtype), self.click_row)
-                + torch.einsum("nkt,kc->ntc", in_column.to(clicked.dtype), self.click_column))
+        out = (torch.einsum("nkt,kc->ntc", clicked, self.click_embed)
+               + torch.einsum("nkt,kc->ntc", in_row.to(clicked.dtype), self.click_row)
+               + torch.einsum("nkt,kc->ntc", in_column.to(clicked.dtype), self.click_column))
+        if block_index is not None:
+            in_block = in_tagged_block(clicked, block_index).to(clicked.dtype)
+            out = out + torch.einsum("nkt,kc->ntc", in_block, self.click_block)
+        return out
 
-    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor) -> Tensor:
+    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor,
+                        block_index: Tensor | None = None) -> Tensor:
         """Per token: sum over the question words it matches of (role of that word + grade
         embedding), plus the embedding of its best grade; with `alignment`, plus the roles of the
-        question words matched on its line and in its column. -> [N, T, C]"""
+        question words matched on its line and in its column; with text blocks, plus the roles of
+        the question words matched in its block. -> [N, T, C]"""
         codes = match.long()
         valid = (word_pos >= 0).to(question_tokens.dtype)                           # [N, J]
         index = (word_pos.clamp(min=0) + 1).clamp(max=question_tokens.shape[1] - 1)  # +1: pooled token first
@@ -294,6 +385,9 @@ class WordGrounding(nn.Module):
             valid_j = valid[..., None]
             out = out + torch.einsum("njt,njc->ntc", in_row * valid_j, self.row_role(word_feats)) \
                 + torch.einsum("njt,njc->ntc", in_column * valid_j, self.column_role(word_feats))
+        if block_index is not None:
+            in_block = in_tagged_block(on, block_index).to(role.dtype) * valid[..., None]
+            out = out + torch.einsum("njt,njc->ntc", in_block, self.block_role(word_feats))
         return out + self.best_match_embed(codes.amax(dim=1))   # J >= 1: the collator always pads to J
 
 

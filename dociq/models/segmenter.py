@@ -115,7 +115,8 @@ class SegmentationModel(DocumentModel):
         everything the prompts of this page need, computed once (SAM's set_image)."""
         fused, text, maps = self.encode(batch, multiscale=True)
         return PageEmbedding(self.neck(fused, self.unit_grid, maps[2]), [maps[0], maps[1]], text,
-                             batch["ocr_boxes"], batch["ocr_mask"], batch["ocr_word_index"])
+                             batch["ocr_boxes"], batch["ocr_mask"], batch["ocr_word_index"],
+                             batch.get("ocr_block_index"))
 
     def word_class_logits(self, page: "PageEmbedding") -> Tensor | None:
         """[B, T, len(REGION_CLASSES)] layout class logits of every OCR token, or None without the head."""
@@ -157,7 +158,8 @@ class SegmentationModel(DocumentModel):
             match = match * has_question[:, None, None].to(match.dtype)
             word_pos = torch.where(has_question[:, None], word_pos, torch.full_like(word_pos, -1))
         return self.grounding(page.text, page.boxes, page.token_mask, page.word_index, question_tokens,
-                              match, word_pos, has_question, tuple(page.image.shape[-2:]), clicked)
+                              match, word_pos, has_question, tuple(page.image.shape[-2:]), clicked,
+                              page.block_index)
 
     def encode_questions(self, question_ids: Tensor) -> Tensor:
         """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
@@ -225,6 +227,7 @@ class PageEmbedding:
     boxes: Tensor              # long [B, T, 4] token boxes, 0..1000
     token_mask: Tensor         # bool [B, T] real tokens
     word_index: Tensor         # long [B, T] page word of each token, -1 special/pad
+    block_index: Tensor | None = None   # long [B, T] text block of each token, -1 none (`ocr_block_index`)
 
 
 def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:
@@ -253,6 +256,8 @@ def remove_ocr_words(batch: dict) -> dict:
     out["ocr_mask"] = keep.gather(1, order)
     out["ocr_boxes"] = batch["ocr_boxes"].gather(1, order[..., None].expand(-1, -1, 4))
     out["ocr_word_index"] = batch["ocr_word_index"].gather(1, order)
+    if "ocr_block_index" in batch:   # special tokens only: no word has a block
+        out["ocr_block_index"] = batch["ocr_block_index"].gather(1, order).clamp(max=-1)
     if "ocr_word_class" in batch:   # special tokens only: no word has a class
         out["ocr_word_class"] = batch["ocr_word_class"].gather(1, order).clamp(max=-1)
     if "prompt_match" in batch:   # no words left to match

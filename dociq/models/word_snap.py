@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from dociq.models.text_blocks import group_blocks
+from dociq.data.text_blocks import group_blocks
 
 # A word belongs to a mask part when at least this share of its box is inside the mask.
 WORD_INSIDE = 0.5

@@ -192,3 +192,32 @@ def test_every_token_carries_the_class_of_the_smallest_region_holding_its_word()
     assert (word_index == 2).sum() > 1
     page.regions = []                                            # no regions: nothing to learn from
     assert (collate([page])["ocr_word_class"] == -1).all()
+
+
+def two_paragraph_page() -> Page:
+    """Two blocks of two lines each, far apart: words 0-3 and 4-7."""
+    image = np.full((400, 300, 3), 255, dtype=np.uint8)
+    words = ["One", "two", "three", "four", "Five", "six", "seven", "eight"]
+    boxes = np.array([[20, 20, 60, 32], [70, 20, 110, 32], [20, 36, 60, 48], [70, 36, 110, 48],
+                      [20, 200, 60, 212], [70, 200, 110, 212], [20, 216, 60, 228], [70, 216, 110, 228]],
+                     dtype=np.float32)
+    mask = np.zeros((400, 300), dtype=bool)
+    mask[20:48, 20:110] = True
+    q = Question(text="where is the first paragraph?", kind="layout", mask=mask)
+    return Page(image=image, words=words, word_boxes=boxes, questions=[q], meta={"page_id": "b0"})
+
+
+def test_every_token_carries_its_words_text_block_and_specials_none():
+    collate = DocumentCollator(image_size=256, questions=True, question_tokenizer=QuestionTokenizer(32), seed=0)
+    batch = collate([two_paragraph_page(), make_page()])
+    blocks, widx = batch["ocr_block_index"], batch["ocr_word_index"]
+    assert blocks.shape == widx.shape
+    page0 = {int(w): int(k) for w, k in zip(widx[0], blocks[0]) if w >= 0}
+    assert page0 == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}
+    assert (blocks[widx < 0] == -1).all()          # [CLS], [SEP] and padding lie in no block
+    assert (blocks[1][widx[1] >= 0] >= 0).all()
+
+
+def test_text_blocks_are_made_for_prompts_and_skipped_in_pretraining():
+    assert "ocr_block_index" not in DocumentCollator(image_size=128)([make_page()])
+    assert "ocr_block_index" in DocumentCollator(image_size=128, blocks=True)([make_page()])

@@ -243,3 +243,84 @@ def test_matched_on_line_and_column_equals_a_loop_over_tokens():
                 expect_c = max([float(column[n // q, tt, u]) for u in range(t) if matched[n, jj, u]] or [0.0])
                 assert in_row[n, jj, tt].item() == pytest.approx(expect_r)
                 assert in_column[n, jj, tt].item() == pytest.approx(expect_c)
+
+
+def test_block_helpers_equal_a_loop_over_blocks():
+    from dociq.models.grounding import block_extents, block_means, in_tagged_block
+    torch.manual_seed(0)
+    block_index = torch.tensor([[-1, 0, 0, 1, 1, 1, -1], [-1, 2, 0, 0, 2, -1, -1]])
+    x = torch.randn(4, 7, 3)                                      # 2 pages x 2 prompts
+    means, slots = block_means(x, block_index)
+    per_token = means.gather(1, slots[..., None].expand_as(x))
+    for n in range(4):
+        page = block_index[n // 2]
+        for t in range(7):
+            k = int(page[t])
+            expect = torch.zeros(3) if k < 0 else x[n, page == k].mean(0)
+            torch.testing.assert_close(per_token[n, t], expect)
+    tagged = torch.zeros(4, 2, 7)
+    tagged[0, 0, 2] = 1                 # a word of block 0 on page 0
+    tagged[3, 1, 4] = 1                 # a word of block 2 on page 1
+    tagged[1, 0, 0] = 1                 # a special token: in no block
+    hit = in_tagged_block(tagged, block_index)
+    assert hit[0, 0].tolist() == [0, 1, 1, 0, 0, 0, 0] and hit[0, 1].sum() == 0
+    assert hit[3, 1].tolist() == [0, 1, 0, 0, 1, 0, 0]
+    assert hit[1].sum() == 0 and hit[2].sum() == 0
+    boxes = torch.tensor([[[0, 0, 0, 0], [10, 10, 50, 20], [10, 30, 40, 40], [100, 5, 120, 9],
+                           [130, 5, 140, 9], [100, 12, 110, 15], [0, 0, 0, 0]]]).repeat(2, 1, 1)
+    extents = block_extents(boxes, block_index)
+    assert extents[0, 1].tolist() == [10, 10, 50, 40] and extents[0, 2].tolist() == [100, 5, 140, 15]
+    assert extents[0, 0].tolist() == [0, 0, 0, 0] and extents[1, 2].tolist() == [0, 0, 0, 0]
+    assert extents[1, 3].tolist() == [10, 5, 140, 20]      # block 2 of page 1: tokens 1 and 4
+
+
+def _two_block_page():
+    """Tokens 1-2 in block 0 on two lines that share neither a line nor a column; tokens 3-4 in
+    block 1, far below; 0 and 5 are [CLS] and [SEP]."""
+    boxes = torch.tensor([[[0, 0, 0, 0], [100, 100, 200, 130], [300, 160, 400, 190],
+                           [500, 600, 600, 630], [700, 700, 800, 730], [1000, 1000, 1000, 1000]]])
+    word_index = torch.tensor([[-1, 0, 1, 2, 3, -1]])
+    block_index = torch.tensor([[-1, 0, 0, 1, 1, -1]])
+    return boxes, word_index, block_index
+
+
+def test_a_click_reaches_the_rest_of_its_block_and_nothing_else():
+    torch.manual_seed(0)
+    boxes, word_index, block_index = _two_block_page()
+    text, mask = torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool)
+    question = torch.randn(1, 9, 32)
+    match, word_pos = torch.zeros(1, 1, 6, dtype=torch.uint8), torch.full((1, 1), -1)
+    clicked = torch.zeros(1, 2, 6)
+    clicked[0, 0, 1] = 1                                            # a positive click on token 1
+    for text_blocks in (True, False):
+        g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False,
+                          click_words=True, text_blocks=text_blocks)
+        args = (text, boxes, mask, word_index, question, match, word_pos, torch.zeros(1, dtype=torch.bool), (4, 4))
+        kwargs = {"block_index": block_index}
+        with_click = g(*args, clicked=clicked, **kwargs).relevance
+        without = g(*args, clicked=torch.zeros_like(clicked), **kwargs).relevance
+        changed = (with_click - without).abs()[0] > 1e-6
+        assert changed[1]                                           # the clicked word itself
+        assert bool(changed[2]) is text_blocks                      # its block's other line
+        assert not changed[3] and not changed[4]                    # the other block
+
+
+def test_blocks_are_painted_over_the_space_between_their_lines():
+    torch.manual_seed(0)
+    boxes = torch.tensor([[[0, 0, 0, 0], [0, 0, 1000, 100], [0, 400, 1000, 500], [1000, 1000, 1000, 1000]]])
+    word_index = torch.tensor([[-1, 0, 1, -1]])
+    block_index = torch.tensor([[-1, 0, 0, -1]])
+    text, mask = torch.randn(1, 4, 16), torch.ones(1, 4, dtype=torch.bool)
+    question = torch.randn(1, 9, 32)
+    match, word_pos = torch.zeros(1, 1, 4, dtype=torch.uint8), torch.zeros(1, 1, dtype=torch.long)
+    match[0, 0, 1] = EXACT
+    has_q = torch.ones(1, dtype=torch.bool)
+    for text_blocks, painted in ((True, True), (False, False)):
+        g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=text_blocks)
+        out = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (10, 10), block_index=block_index)
+        gap = out.dense[0, :, 2:4]                                  # rows 2-3 of 10: between the two lines
+        assert bool(gap.abs().sum() > 0) is painted
+        assert out.dense[0, :, 6:].abs().sum() == 0                 # below the block: nothing
+    with pytest.raises(KeyError, match="ocr_block_index"):
+        WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True)(
+            text, boxes, mask, word_index, question, match, word_pos, has_q, (10, 10))
