@@ -291,6 +291,8 @@ def test_layout_only_batch_keeps_just_the_special_tokens(batch):
     assert blank["ocr_ids"].shape[1] == 2
     assert blank["ocr_ids"].tolist() == [[101, 102]] * 2
     assert blank["ocr_mask"].all() and (blank["ocr_word_index"] == -1).all()
+    assert (batch["ocr_block_index"] >= 0).any() and (blank["ocr_block_index"] == -1).all()   # no words, no blocks
+    assert blank["ocr_block_index"].shape == blank["ocr_ids"].shape
     assert batch["ocr_ids"].shape[1] > 2   # the original batch is untouched
 
 
