@@ -83,7 +83,9 @@ class Predictor:
         self.use_ocr = use_ocr
         self.max_question_words = int(max_question_words)
         self.use_lexical_match = True
-        self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer, blocks=True)
+        # the page's text blocks only for a grounding that reads them (older checkpoints do not)
+        uses_blocks = model.grounding is not None and model.grounding.text_blocks
+        self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer, blocks=uses_blocks)
         question_encoder = model.prompt_encoder.question_encoder
         self.question_tokenizer = QuestionTokenizer(question_encoder.context_length) if question_encoder else None
         self._page: PageState | None = None
