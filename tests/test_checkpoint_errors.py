@@ -1,5 +1,6 @@
 """read_checkpoint: every way a checkpoint file can be unreadable gives one CheckpointError that
-names the file, what is wrong and the fix (and the config option it came from)."""
+names the file, what is wrong and the fix (and the config option it came from); a save onto a full
+disk says so and keeps the previous file."""
 import argparse
 import re
 
@@ -194,3 +195,39 @@ def test_every_loader_raises_the_checkpoint_error(loader, case, tmp_path, good):
     assert str(named) in str(info.value)
     if option:
         assert option in str(info.value)
+
+
+def _fill_disk_during_save(monkeypatch, free_after: int, error: BaseException):
+    """torch.save writes part of the archive and then fails as it does on a full disk."""
+    import shutil
+    from collections import namedtuple
+
+    import dociq.io.checkpoint as checkpoint
+
+    def failing_save(obj, f):
+        f.write(b"PK\x03\x04" + b"\0" * 4096)
+        raise error
+
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - free_after, free_after))
+    return checkpoint.atomic_torch_save
+
+
+@pytest.mark.parametrize("error", [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4100 "
+                                                "vs 4000"), OSError(28, "No space left on device")])
+def test_a_save_onto_a_full_disk_says_so_and_keeps_the_previous_file(monkeypatch, tmp_path, error):
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(b"previous")
+    save = _fill_disk_during_save(monkeypatch, free_after=5000, error=error)
+    with pytest.raises(OSError, match=r"last\.ckpt: the disk is full \(0 MiB free.*paths\.output_dir") as info:
+        save({"w": torch.zeros(2)}, path)
+    assert info.value.errno == 28
+    assert path.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no partial temporary file left
+
+
+def test_a_save_failing_with_room_to_spare_keeps_its_own_error(monkeypatch, tmp_path):
+    save = _fill_disk_during_save(monkeypatch, free_after=10**9, error=RuntimeError("some other failure"))
+    with pytest.raises(RuntimeError, match="some other failure"):
+        save({"w": torch.zeros(2)}, tmp_path / "last.ckpt")

@@ -15,9 +15,11 @@ state dict given directly or as a path) are the one place a state dict is cut ou
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -44,9 +46,30 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint gets the usual mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        written = Path(tmp).stat().st_size if Path(tmp).exists() else 0
         Path(tmp).unlink(missing_ok=True)
+        full = _disk_full_error(path, written, err)
+        if full is not None:
+            raise full from err
         raise
+
+
+def _disk_full_error(path: Path, written: int, err: BaseException) -> OSError | None:
+    """An OSError(ENOSPC) naming the checkpoint and the free space when the save failed for lack of
+    room, else None. torch's zip writer reports a full disk as "unexpected pos ..." rather than ENOSPC,
+    so a RuntimeError counts as one when the disk, with the partial file removed, has less room than
+    twice what was written."""
+    free = shutil.disk_usage(path.parent).free
+    if isinstance(err, OSError):
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+    else:
+        full = isinstance(err, RuntimeError) and free < 2 * written
+    if not full:
+        return None
+    return OSError(errno.ENOSPC, f"checkpoint {path}: the disk is full ({free / 2**20:.0f} MiB free after "
+                   f"removing the {written / 2**20:.0f} MiB partial file); the previous checkpoint is kept. "
+                   "Fix: free space on that disk, or set paths.output_dir to a larger one", str(path))
 
 
 # ---- reading ---------------------------------------------------------------------------------
