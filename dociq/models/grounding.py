@@ -46,6 +46,7 @@ from dociq.data.lexical import NUM_MATCH_CODES
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.common import resolve_size
 from dociq.models.fusion import FusionAttention, FusionMLP, windowed_self_attention
+from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
 from dociq.models.prompt_encoder import POSITIVE_POINT as POSITIVE_LABEL
 
@@ -150,6 +151,28 @@ def clicked_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Ten
     return torch.stack(rows, dim=1).float()
 
 
+def boxed_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Tensor, input_size: int,
+                min_inside: float = 0.5) -> Tensor:
+    """Which tokens each prompt's box holds: float [N, 1, T], 1 for every sub-token of a word with at
+    least `min_inside` of its box's area inside the prompt box (the BOX_TOP_LEFT / BOX_BOTTOM_RIGHT
+    points; prompts without a box hold none). coords float [N, P, 2] pixel indices of the square
+    input frame, labels [N, P], boxes [B, T, 4] in 0..LAYOUT_SCALE, word_index long [B, T]."""
+    n, b = coords.shape[0], boxes.shape[0]
+    corners = []
+    for label in (BOX_TOP_LEFT, BOX_BOTTOM_RIGHT):
+        pick = (labels == label).to(coords.dtype)[..., None]
+        corners.append((coords.float() * pick).sum(1) / pick.sum(1).clamp(min=1))     # [N, 2]
+    has_box = (labels == BOX_TOP_LEFT).any(1) & (labels == BOX_BOTTOM_RIGHT).any(1)
+    prompt = torch.cat(corners, dim=1) / input_size * LAYOUT_SCALE                       # [N, 4]
+    bx = boxes.float().repeat_interleave(n // b, dim=0)                                  # [N, T, 4]
+    p = prompt[:, None]
+    iw = (torch.minimum(bx[..., 2], p[..., 2]) - torch.maximum(bx[..., 0], p[..., 0])).clamp(min=0)
+    ih = (torch.minimum(bx[..., 3], p[..., 3]) - torch.maximum(bx[..., 1], p[..., 1])).clamp(min=0)
+    area = ((bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])).clamp(min=1e-6)
+    inside = (iw * ih / area >= min_inside) & (word_index >= 0).repeat_interleave(n // b, dim=0)
+    return (inside & has_box[:, None]).float()[:, None]
+
+
 def _block_slots(block_index: Tensor, prompts: int) -> tuple[Tensor, int]:
     """Per prompt and token, its block's slot: long [N, T] (0 = no block, k + 1 = block k) and
     the number of slots."""
@@ -241,14 +264,14 @@ class Grounding:
     high_res: Tensor           # [N, C/8, 4h, 4w] stride-4 map (likewise)
     coverage_high_res: Tensor  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens only)
     words: Tensor              # bool [B, T] the rasterised tokens (first sub-token of each word)
-    active: Tensor             # bool [N] prompts with a question or a click on words (maps not zero)
+    active: Tensor             # bool [N] prompts with a question, a click on words or a box around words (maps not zero)
 
 
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
                  mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True,
                  window: int | None = None, click_words: bool = False, click_margin: float = 20.0,
-                 text_blocks: bool = False) -> None:
+                 text_blocks: bool = False, box_words: bool = False) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
         tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
         alignment: also tell each token which question words are matched on its text line and in
@@ -256,7 +279,8 @@ class WordGrounding(nn.Module):
         click_words: clicks tag the word they fall on (see `clicked_words`; off in checkpoints
         made before it existed); click_margin: how far from a word, in layout units (0..1000 of
         the page frame), a click still takes it. text_blocks: use the page's text blocks (module
-        docstring; the batch key `ocr_block_index`; off in checkpoints made before it)."""
+        docstring; the batch key `ocr_block_index`; off in checkpoints made before it). box_words:
+        the words inside a box prompt are tagged too (see `boxed_words`; off when absent)."""
         super().__init__()
         self.alignment = alignment
         self.click_words, self.click_margin = bool(click_words), float(click_margin)
@@ -268,6 +292,11 @@ class WordGrounding(nn.Module):
             self.click_column = nn.Parameter(torch.randn(2, dim) * 0.02)
             if self.text_blocks:   # tokens in the clicked word's block
                 self.click_block = nn.Parameter(torch.randn(2, dim) * 0.02)
+        self.box_words = bool(box_words)
+        if self.box_words:     # a word inside the prompt box, and (with text blocks) a token in its block
+            self.box_embed = nn.Parameter(torch.randn(dim) * 0.02)
+            if self.text_blocks:
+                self.box_block = nn.Parameter(torch.randn(dim) * 0.02)
         if self.text_blocks:
             self.block_role = nn.Linear(dim, dim)     # question word matched in the token's block
             self.block_mix = nn.ModuleList(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim)) for _ in range(depth))
@@ -295,13 +324,14 @@ class WordGrounding(nn.Module):
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
                 grid: tuple[int, int], clicked: Tensor | None = None,
-                block_index: Tensor | None = None) -> Grounding:
+                block_index: Tensor | None = None, boxed: Tensor | None = None) -> Grounding:
         """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
         (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
         [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
         [N,J] (CLIP position of content word j, -1 none), has_question bool [N], clicked float
         [N, 2, T] (`clicked_words`; only with click_words). grid: the stride-16 (h, w) of the
-        decoder's image embedding. block_index long [B,T] (`ocr_block_index`; with text_blocks)."""
+        decoder's image embedding. block_index long [B,T] (`ocr_block_index`; with text_blocks).
+        boxed float [N, 1, T] (`boxed_words`; only with box_words)."""
         b, t, _ = text_tokens.shape
         n = question_tokens.shape[0]
         if n % b:
@@ -319,6 +349,11 @@ class WordGrounding(nn.Module):
                 raise ValueError("WordGrounding got clicks but was built with click_words=False")
             x = x + self._click_features(clicked, boxes, blocks)
             active = active | clicked.flatten(1).bool().any(1)
+        if boxed is not None:
+            if not self.box_words:
+                raise ValueError("WordGrounding got boxed words but was built with box_words=False")
+            x = x + self._box_features(boxed, blocks)
+            active = active | boxed.flatten(1).bool().any(1)
         pos = self.pos(boxes).repeat_interleave(q, dim=0)
         key_mask = token_mask.bool().repeat_interleave(q, dim=0)
         x = x + pos
@@ -363,6 +398,16 @@ class WordGrounding(nn.Module):
         if block_index is not None:
             in_block = in_tagged_block(clicked, block_index).to(clicked.dtype)
             out = out + torch.einsum("nkt,kc->ntc", in_block, self.click_block)
+        return out
+
+    def _box_features(self, boxed: Tensor, block_index: Tensor | None = None) -> Tensor:
+        """Per token: the box role when its word lies inside the prompt box, and (with text blocks)
+        the box-block role when its block holds such a word. boxed [N, 1, T] -> [N, T, C]."""
+        boxed = boxed.to(self.box_embed.dtype)
+        out = boxed[:, 0, :, None] * self.box_embed
+        if block_index is not None:
+            in_block = in_tagged_block(boxed, block_index).to(boxed.dtype)
+            out = out + in_block[:, 0, :, None] * self.box_block
         return out
 
     def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor,

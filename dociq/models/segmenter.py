@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from dociq.data.schema import REGION_CLASSES
 from dociq.models.common import LayerNorm2d
 from dociq.models.document_model import DocumentModel
-from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding, clicked_words
+from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding, boxed_words, clicked_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
@@ -132,16 +132,24 @@ class SegmentationModel(DocumentModel):
                points: tuple[Tensor, Tensor] | None = None) -> Grounding | None:
         """Per-prompt word grounding (dociq.models.grounding) of the questions and, when the
         grounding has `click_words`, of the clicks in `points` (coords [N, P, 2] pixels of the
-        input frame, labels [N, P]); None when the model has no grounding module or no prompt has
-        a question or a click on words. match uint8 [N,J,T], word_pos [N,J]."""
+        input frame, labels [N, P]) and, with `box_words`, of the words inside the box in `points`;
+        None when the model has no grounding module or no prompt has a question or words tagged.
+        match uint8 [N,J,T], word_pos [N,J]."""
         if self.grounding is None:
             return None
         clicked = None
         if self.grounding.click_words and points is not None:
             clicked = clicked_words(points[0], points[1], page.boxes, page.word_index,
                                     self.prompt_encoder.input_image_size[0], self.grounding.click_margin)
-        has_click = clicked.flatten(1).any(1) if clicked is not None else torch.zeros_like(has_question)
-        if not bool((has_question | has_click).any()):
+        boxed = None
+        if self.grounding.box_words and points is not None:
+            boxed = boxed_words(points[0], points[1], page.boxes, page.word_index,
+                                self.prompt_encoder.input_image_size[0])
+        has_words = torch.zeros_like(has_question)
+        for tagged in (clicked, boxed):
+            if tagged is not None:
+                has_words = has_words | tagged.flatten(1).bool().any(1)
+        if not bool((has_question | has_words).any()):
             return None
         n = has_question.shape[0]
         if question_tokens is None:
@@ -159,7 +167,7 @@ class SegmentationModel(DocumentModel):
             word_pos = torch.where(has_question[:, None], word_pos, torch.full_like(word_pos, -1))
         return self.grounding(page.text, page.boxes, page.token_mask, page.word_index, question_tokens,
                               match, word_pos, has_question, tuple(page.image.shape[-2:]), clicked,
-                              page.block_index)
+                              page.block_index, boxed)
 
     def encode_questions(self, question_ids: Tensor) -> Tensor:
         """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
