@@ -30,7 +30,11 @@ mean, and the features are also painted over each block's whole box, so a mask c
 spaces between a paragraph's lines that no word box covers. A user clicking a paragraph means the
 paragraph; at stride 4 of a 256-px page its lines are 3 px apart.
 
-Prompts with neither a question nor a click on words get zero maps: the decoder then behaves as SAM.
+With `box_words`, a box prompt tags the words with at least half their box inside it (and, with
+text blocks, the tokens of their blocks): a box drawn around a page number holds that number's
+word, which a 3-px-tall line at stride 4 cannot show the decoder.
+
+Prompts with neither a question nor a tagged word get zero maps: the decoder then behaves as SAM.
 """
 from __future__ import annotations
 
