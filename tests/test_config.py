@@ -62,15 +62,15 @@ def test_cli_misspelt_override_fails_naming_the_key(repo_root):
 
 def test_the_make_finetune_stages_compose(repo_root, tmp_path):
     """`make finetune`'s two train.py commands, as make would run them, compose: pretraining at
-    256 px, fine-tuning at FINETUNE_SIZE (256 by default, 384 for real pages) with the loss grid
-    following it."""
+    256 px, fine-tuning at FINETUNE_SIZE (384 by default, 256 for the cheaper run) with the loss
+    grid following it."""
     import shlex
     import shutil
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     (tmp_path / "corpus.json").write_text("{}")          # a built corpus: make must not build one
-    for extra, size in (([], 256), (["FINETUNE_SIZE=384"], 384)):
+    for extra, size in (([], 384), (["FINETUNE_SIZE=256"], 256)):
         dry = subprocess.run(["make", "-n", "-o", ".venv/.installed", "finetune", "RUN=t", f"CORPUS={tmp_path}",
                               *extra], cwd=repo_root, capture_output=True, text=True, check=True).stdout
         commands = [shlex.split(line) for line in dry.replace("\\\n", " ").splitlines() if "train.py" in line]
