@@ -3,6 +3,7 @@
     python scripts/plot_predictions.py CKPT [--pages 2] [--questions 3]   # -> <run>/predictions.png
     python scripts/plot_predictions.py CKPT --out docs/img/predictions.png  # the docs figure: explicit
     python scripts/plot_predictions.py CKPT --clicks                        # one click per region instead
+    python scripts/plot_predictions.py CKPT --boxes                         # one box per region (its tight box)
     python scripts/plot_predictions.py CKPT --corpus data/corpus --pages 4  # held-out real pages (val split)
     python scripts/plot_predictions.py CKPT --corpus data/corpus --segment-page --seeds ocr_blocks class_boxes
 
@@ -13,7 +14,8 @@ Each row is one question: the page with the target region (green outline) and th
 (red tint), titled with the question, its kind, the IoU and the predicted IoU. Pages come from
 the validation seed of configs/data/synthetic.yaml, so they were never trained on.
 With --clicks each row is one annotated region instead, prompted by a single positive click at a
-random pixel of it (the yellow cross), target that region (SAM's click prompt).
+random pixel of it (the yellow cross), target that region (SAM's click prompt); with --boxes,
+by the region's tight box (yellow), SAM's box prompt.
 With --segment-page each row is one page: its labels (left) and `dociq segment-page`'s regions
 (right), each region tinted in its class's colour and labelled with its class.
 """
@@ -64,6 +66,18 @@ def collect(predictor, pages: int, questions: int, seed: int, image_size: int,
 def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: int,
                    corpus: str | None = None) -> list[dict]:
     """One row per region: a single click at a random pixel of it, target that region."""
+    return collect_regions(predictor, pages, per_page, seed, image_size, corpus, prompt="click")
+
+
+def collect_boxes(predictor, pages: int, per_page: int, seed: int, image_size: int,
+                  corpus: str | None = None) -> list[dict]:
+    """One row per region: its tight box as the prompt (SAM's box prompt), target that region."""
+    return collect_regions(predictor, pages, per_page, seed, image_size, corpus, prompt="box")
+
+
+def collect_regions(predictor, pages: int, per_page: int, seed: int, image_size: int,
+                    corpus: str | None = None, prompt: str = "click") -> list[dict]:
+    """One row per region, prompted by a click at a random pixel of it or by its tight box."""
     import numpy as np
 
     from dociq.data.schema import Question
@@ -77,14 +91,18 @@ def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: 
         for j in picked:
             region = regions[j]
             ys, xs = np.nonzero(region.mask)
-            k = rng.integers(len(ys))
-            click = [float(xs[k]), float(ys[k])]
-            masks, scores = predictor.predict(points=[click], point_labels=[1])
+            if prompt == "box":
+                drawn = {"box": [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)]}
+                masks, scores = predictor.predict(boxes=[drawn["box"]])
+            else:
+                k = rng.integers(len(ys))
+                drawn = {"click": [float(xs[k]), float(ys[k])]}
+                masks, scores = predictor.predict(points=[drawn["click"]], point_labels=[1])
             m = masks[0]
             inter, union = (m & region.mask).sum(), (m | region.mask).sum()
-            rows.append({"image": page.image, "question": Question(f"click on a {region.label}", "click", region.mask),
+            rows.append({"image": page.image, "question": Question(f"{prompt} on a {region.label}", prompt, region.mask),
                          "pred": m, "score": float(scores[0]), "iou": float(inter / union) if union else 1.0,
-                         "click": click})
+                         **drawn})
     return rows
 
 
@@ -139,6 +157,9 @@ def plot(rows: list[dict], out: Path, columns: int = 3, source: str = "held-out 
         ax.contour(q.mask.astype(float), levels=[0.5], colors="limegreen", linewidths=1.2)
         if "click" in row:
             ax.plot(*row["click"], marker="x", color="yellow", markersize=9, markeredgewidth=2.5)
+        if "box" in row:
+            x0, y0, x1, y1 = row["box"]
+            ax.plot([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0], color="yellow", linewidth=1.0)
         text = q.text if len(q.text) <= 48 else q.text[:45] + "..."
         ax.set_title(f"[{q.kind}] {text}\nIoU {row['iou']:.2f}  (predicted {row['score']:.2f})", fontsize=8)
     fig.suptitle(f"red: predicted mask, green: target ({source})", fontsize=10)
@@ -163,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--questions", type=int, default=3, help="questions per page")
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
+    p.add_argument("--boxes", action="store_true", help="one box per region (its tight box) instead of the questions")
     p.add_argument("--snap", nargs="?", const="words", default=None, choices=("words", "blocks"),
                    help="masks at word-box precision: Predictor(snap='words') (the default of a bare --snap) "
                         "or 'blocks' (also completed to the text blocks they hold or are clicked in)")
@@ -183,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {args.out}: regions per page {counts}")
         return
     predictor.snap = args.snap
-    gather = collect_clicks if args.clicks else collect
+    gather = collect_clicks if args.clicks else collect_boxes if args.boxes else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
     plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")
     print(f"wrote {args.out}: " + ", ".join(f"{r['question'].kind} IoU {r['iou']:.2f}" for r in rows))

@@ -391,21 +391,40 @@ def test_segment_with_the_fixture_model(finetune_checkpoint, synthetic_page):
     assert iou.max() <= segmenter.box_nms_thresh
 
 
-def test_the_segment_page_figure_draws_labels_beside_regions(finetune_checkpoint, tmp_path):
+def _plot_predictions():
     import sys
     from pathlib import Path
-
-    from dociq.inference.predictor import Predictor
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     try:
         import plot_predictions
     finally:
         sys.path.pop(0)
+    return plot_predictions
+
+
+def test_the_segment_page_figure_draws_labels_beside_regions(finetune_checkpoint, tmp_path):
+    from dociq.inference.predictor import Predictor
+
     out = tmp_path / "segmented.png"
-    counts = plot_predictions.plot_segmented(Predictor.from_checkpoint(finetune_checkpoint[0]), 1, 3, None, out,
-                                             ["ocr_blocks"], snap=True)
+    counts = _plot_predictions().plot_segmented(Predictor.from_checkpoint(finetune_checkpoint[0]), 1, 3, None, out,
+                                                ["ocr_blocks"], snap=True)
     assert len(counts) == 1 and out.stat().st_size > 0
+
+
+def test_the_box_figure_prompts_each_region_with_its_tight_box(finetune_checkpoint, tmp_path):
+    from dociq.inference.predictor import Predictor
+
+    plot_predictions = _plot_predictions()
+    predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
+    rows = plot_predictions.collect_boxes(predictor, 1, 2, 3, predictor.image_size)
+    assert len(rows) == 2
+    for row in rows:
+        ys, xs = row["question"].mask.nonzero()
+        assert row["box"] == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+        assert row["question"].kind == "box" and 0.0 <= row["iou"] <= 1.0
+    plot_predictions.plot(rows, tmp_path / "boxes.png")
+    assert (tmp_path / "boxes.png").stat().st_size > 0
 
 
 def test_cli_writes_overlay_and_coco_results(finetune_checkpoint, synthetic_page, tmp_path, capsys):
