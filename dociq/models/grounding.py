@@ -155,21 +155,27 @@ def clicked_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Ten
     return torch.stack(rows, dim=1).float()
 
 
-def boxed_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Tensor, input_size: int,
-                min_inside: float = 0.5) -> Tensor:
-    """Which tokens each prompt's box holds: float [N, 1, T], 1 for every sub-token of a word with at
-    least `min_inside` of its box's area inside the prompt box (the BOX_TOP_LEFT / BOX_BOTTOM_RIGHT
-    points; prompts without a box hold none). coords float [N, P, 2] pixel indices of the square
-    input frame, labels [N, P], boxes [B, T, 4] in 0..LAYOUT_SCALE, word_index long [B, T]."""
-    n, b = coords.shape[0], boxes.shape[0]
+def box_prompts(coords: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """The box of each prompt from its BOX_TOP_LEFT / BOX_BOTTOM_RIGHT points: float [N, 4] (x0, y0,
+    x1, y1 in the points' pixels; zeros where a corner is missing) and has_box bool [N]."""
     corners = []
     for label in (BOX_TOP_LEFT, BOX_BOTTOM_RIGHT):
         pick = (labels == label).to(coords.dtype)[..., None]
-        corners.append((coords.float() * pick).sum(1) / pick.sum(1).clamp(min=1))     # [N, 2]
+        corners.append((coords * pick).sum(1) / pick.sum(1).clamp(min=1))            # [N, 2]
     has_box = (labels == BOX_TOP_LEFT).any(1) & (labels == BOX_BOTTOM_RIGHT).any(1)
-    prompt = torch.cat(corners, dim=1) / input_size * LAYOUT_SCALE                       # [N, 4]
-    bx = boxes.float().repeat_interleave(n // b, dim=0)                                  # [N, T, 4]
-    p = prompt[:, None]
+    return torch.cat(corners, dim=1), has_box
+
+
+def boxed_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Tensor, input_size: int,
+                min_inside: float = 0.5) -> Tensor:
+    """Which tokens each prompt's box holds: float [N, 1, T], 1 for every sub-token of a word with at
+    least `min_inside` of its box's area inside the prompt box (`box_prompts`; prompts without a
+    box hold none). coords float [N, P, 2] pixel indices of the square input frame, labels [N, P],
+    boxes [B, T, 4] in 0..LAYOUT_SCALE, word_index long [B, T]."""
+    n, b = coords.shape[0], boxes.shape[0]
+    prompt, has_box = box_prompts(coords.float(), labels)
+    p = (prompt / input_size * LAYOUT_SCALE)[:, None]                                  # [N, 1, 4]
+    bx = boxes.float().repeat_interleave(n // b, dim=0)                                # [N, T, 4]
     iw = (torch.minimum(bx[..., 2], p[..., 2]) - torch.maximum(bx[..., 0], p[..., 0])).clamp(min=0)
     ih = (torch.minimum(bx[..., 3], p[..., 3]) - torch.maximum(bx[..., 1], p[..., 1])).clamp(min=0)
     area = ((bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])).clamp(min=1e-6)
@@ -268,7 +274,7 @@ class Grounding:
     high_res: Tensor           # [N, C/8, 4h, 4w] stride-4 map (likewise)
     coverage_high_res: Tensor  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens only)
     words: Tensor              # bool [B, T] the rasterised tokens (first sub-token of each word)
-    active: Tensor             # bool [N] prompts with a question, a click on words or a box around words (maps not zero)
+    active: Tensor             # bool [N] prompts with a question or tagged words (maps not zero)
 
 
 class WordGrounding(nn.Module):

@@ -27,8 +27,9 @@ from torch import Tensor, nn
 from dociq.data.schema import REGION_CLASSES
 from dociq.models.common import LayerNorm2d
 from dociq.models.document_model import DocumentModel
-from dociq.models.grounding import BoxMaps, ClickMaps, Grounding, WordGrounding, boxed_words, clicked_words
-from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
+from dociq.models.grounding import (BoxMaps, ClickMaps, Grounding, WordGrounding, box_prompts, boxed_words,
+                                    clicked_words)
+from dociq.models.prompt_encoder import NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
 
@@ -198,12 +199,9 @@ class SegmentationModel(DocumentModel):
             dense = dense + grounding.dense
             high_res_prompt = grounding.high_res
         if self.box_maps is not None and points is not None:
-            coords, labels = points
-            has_box = (labels == BOX_TOP_LEFT).any(1) & (labels == BOX_BOTTOM_RIGHT).any(1)
+            box, has_box = box_prompts(*points)
             if bool(has_box.any()):
-                top_left = self._corner(coords, labels, BOX_TOP_LEFT)
-                bottom_right = self._corner(coords, labels, BOX_BOTTOM_RIGHT)
-                box_dense, box_high_res = self.box_maps(torch.cat([top_left, bottom_right], dim=1), has_box,
+                box_dense, box_high_res = self.box_maps(box, has_box,
                                                         self.prompt_encoder.input_image_size[0],
                                                         tuple(embedding.shape[-2:]))
                 dense = dense + box_dense
@@ -217,13 +215,6 @@ class SegmentationModel(DocumentModel):
                 high_res_prompt = click_high_res if high_res_prompt is None else high_res_prompt + click_high_res
         return self.mask_decoder.predict_masks(embedding, self.prompt_encoder.get_dense_pe(), sparse,
                                                dense, high_res, high_res_prompt=high_res_prompt)
-
-
-    @staticmethod
-    def _corner(coords: Tensor, labels: Tensor, label: int) -> Tensor:
-        """[N, 2] the point with `label` per prompt (zeros where there is none)."""
-        pick = (labels == label).to(coords.dtype)[..., None]
-        return (coords * pick).sum(1) / pick.sum(1).clamp(min=1)
 
 
 @dataclass
