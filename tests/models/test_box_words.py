@@ -1,5 +1,4 @@
 """Boxes around words: the words inside a box prompt are tagged and take the questions' grounding path."""
-import numpy as np
 import pytest
 import torch
 
@@ -86,18 +85,8 @@ def test_training_scores_the_words_of_box_prompts():
     assert task.model.grounding.box_block.grad.abs().sum() > 0
 
 
-def test_the_predictor_grounds_a_box_around_words_and_not_an_empty_one(monkeypatch):
-    from dociq.inference.predictor import Predictor
-
-    torch.manual_seed(0)
-    model = SegmentationModel.from_config(MODEL)
-    predictor = Predictor(model, 128)
-    image = np.full((200, 300, 3), 255, np.uint8)
-    words, word_boxes = ["Total", "due"], np.array([[40, 50, 100, 70], [110, 50, 150, 70]], np.float32)
-    predictor.set_image(image, words=words, word_boxes=word_boxes)
-    grounded = []
-    ground = model.ground
-    monkeypatch.setattr(model, "ground", lambda *a, **kw: grounded.append(ground(*a, **kw)) or grounded[-1])
+def test_the_predictor_grounds_a_box_around_words_and_not_an_empty_one(grounded_predictor):
+    predictor, grounded = grounded_predictor(MODEL)
     masks, _ = predictor.predict(boxes=[[30, 40, 160, 80]])
     assert masks.shape[-2:] == (200, 300) and grounded[-1] is not None and grounded[-1].active.tolist() == [True]
     predictor.predict(boxes=[[200, 120, 290, 190]])                     # no word inside: no word path

@@ -128,18 +128,8 @@ def test_training_scores_the_words_of_click_prompts_and_grounds_correction_click
     assert task.model.grounding.click_embed.grad.abs().sum() > 0
 
 
-def test_the_predictor_grounds_a_lone_click_on_a_word(monkeypatch):
-    from dociq.inference.predictor import Predictor
-
-    torch.manual_seed(0)
-    model = SegmentationModel.from_config(MODEL)
-    predictor = Predictor(model, 128)
-    image = np.full((200, 300, 3), 255, np.uint8)
-    words, word_boxes = ["Total", "due"], np.array([[40, 50, 100, 70], [110, 50, 150, 70]], np.float32)
-    predictor.set_image(image, words=words, word_boxes=word_boxes)
-    grounded = []
-    ground = model.ground
-    monkeypatch.setattr(model, "ground", lambda *a, **kw: grounded.append(ground(*a, **kw)) or grounded[-1])
+def test_the_predictor_grounds_a_lone_click_on_a_word(grounded_predictor):
+    predictor, grounded = grounded_predictor(MODEL)
     masks, scores = predictor.predict(points=[[60, 60]], point_labels=[1])
     assert masks.shape == (1, 200, 300) and grounded[-1] is not None and grounded[-1].active.tolist() == [True]
     predictor.predict(points=[[250, 180]], point_labels=[1])       # far from any word: no word path
