@@ -115,6 +115,9 @@ def sharded_run(rank: int, world: int, port: int, steps: int, out: dict) -> None
                                 weights={n: w.tolist() for n, w in weights.items()})
         if rank == 0:
             out.update(result)
+        # Neither rank tears its connections down while the other still finishes the last
+        # collective: a gloo peer closed mid-receive aborts the process (seen once on CI).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -47,6 +47,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         results = _train_both(batches, projector)
         if rank == 0:
             torch.save(results, os.path.join(out_dir, f"{projector}.pt"))
+    dist.barrier()   # no rank closes its connections while the other still receives
     dist.destroy_process_group()
 
 
