@@ -94,5 +94,5 @@ def model_config(size: str) -> dict[str, Any]:
     config mean off, so older checkpoints build as they were.)"""
     return {"size": size, "image_size": int(part_config(size, "image_encoder")["img_size"]),
             "mask_unit_px": 32, **{part: {} for part in PARTS}, "text_encoder": {"relative_height": True},
-            "grounding": {"click_words": True, "text_blocks": True, "box_words": False},
+            "grounding": {"click_words": True, "text_blocks": True, "box_words": True},
             "box_maps": True, "click_maps": True, "word_classes": True}
