@@ -124,7 +124,8 @@ def test_propose_all_then_accept_and_reject_proposals(live, browser):
     errors = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.goto(url + "/")
-    page.wait_for_selector("#page-list .page.current")
+    # the list marks the page before the page is open; "propose all" acts on an open page only
+    page.wait_for_function("window.dociqState && window.dociqState.image !== null", timeout=10_000)
     with page.expect_response(lambda r: r.url.endswith("/proposals")) as res:
         page.click("#propose")
     regions = res.value.json()["regions"]

@@ -313,7 +313,7 @@ function renderAnnotations() {
 
 // ---- proposals (semi-automatic mode)
 async function proposeAll() {
-  if (!state.page) return;
+  if (!state.page || !state.image) { say("the page is still loading", true); return; }
   say("segmenting the page…");
   try {
     const data = await api("POST", `api/pages/${encodeURIComponent(state.page.id)}/proposals`, {});
