@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -51,12 +51,43 @@ def decay_groups(named_params: NamedParams, weight_decay: float) -> list[dict]:
                         {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
 
 
+def scaled_groups(named_params: NamedParams, weight_decay: float, lr: float,
+                  lr_scales: Mapping[str, float]) -> list[dict]:
+    """`decay_groups`, split further by learning-rate multiplier: a parameter whose name matches the
+    regex `pattern` (re.search; the first match in `lr_scales`' order wins) trains at lr x scale,
+    e.g. {"image_encoder": 0.1} for a slower backbone. Each group carries its own `lr`, which
+    LambdaLR schedulers (warmup_cosine) then multiply."""
+    named = _named(named_params)
+    patterns = list(lr_scales.items())
+    for pattern, scale in patterns:
+        if not any(re.search(pattern, n) for n, _ in named):
+            raise ValueError(f"optim.optimizer.lr_scales: pattern {pattern!r} matches no trainable "
+                             f"parameter; names look like {named[0][0]!r}")
+        if not float(scale) >= 0:
+            raise ValueError(f"optim.optimizer.lr_scales: {pattern!r} -> {scale!r}; give a number >= 0")
+
+    def scale_of(name: str) -> float:
+        return next((float(s) for pattern, s in patterns if re.search(pattern, name)), 1.0)
+
+    by_scale: dict[float, list] = {}
+    for n, p in named:
+        by_scale.setdefault(scale_of(n), []).append((n, p))
+    groups = []
+    for scale, members in by_scale.items():
+        for g in decay_groups(members, weight_decay):
+            groups.append({**g, "lr": lr * scale})
+    return groups
+
+
 def adamw(named_params: NamedParams, lr: float = 1e-3, weight_decay: float = 0.01,
           betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
-          foreach: bool | None = None, fused: bool | None = None) -> torch.optim.AdamW:
-    """torch AdamW; decay only on matrices that are not norms/embedding tables."""
-    return torch.optim.AdamW(decay_groups(named_params, weight_decay), lr=lr,
-                             betas=tuple(betas), eps=eps, foreach=foreach, fused=fused)
+          foreach: bool | None = None, fused: bool | None = None,
+          lr_scales: Mapping[str, float] | None = None) -> torch.optim.AdamW:
+    """torch AdamW; decay only on matrices that are not norms/embedding tables; `lr_scales`
+    (name regex -> multiplier) gives parts of the model their own learning rate."""
+    groups = (scaled_groups(named_params, weight_decay, lr, lr_scales) if lr_scales
+              else decay_groups(named_params, weight_decay))
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, foreach=foreach, fused=fused)
 
 
 def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200,

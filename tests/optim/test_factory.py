@@ -60,6 +60,23 @@ def test_adamw_decay_groups():
     assert wd[id(model.norm.weight)] == 0.0
 
 
+def test_adamw_lr_scales_give_parts_their_own_rate_under_the_schedule():
+    model = Tiny()
+    opt = factory.adamw(_named(model), lr=1e-3, weight_decay=0.05, lr_scales={r"^proj\.": 0.1})
+    lr = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    wd = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    assert lr[id(model.proj.weight)] == pytest.approx(1e-4) and lr[id(model.proj.bias)] == pytest.approx(1e-4)
+    assert lr[id(model.norm.weight)] == pytest.approx(1e-3)
+    assert wd[id(model.proj.weight)] == 0.05 and wd[id(model.proj.bias)] == 0.0   # decay rules kept
+    sched = factory.warmup_cosine(opt, warmup_steps=2, total_steps=10)
+    opt.step()
+    sched.step()
+    lr = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert lr[id(model.proj.weight)] / lr[id(model.norm.weight)] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="'image_encoder' matches no trainable parameter"):
+        factory.adamw(_named(model), lr_scales={"image_encoder": 0.1})
+
+
 def test_warmup_cosine_shape_and_errors():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = factory.warmup_cosine(opt, warmup_steps=4, total_steps=20, min_lr_ratio=0.1)
