@@ -76,9 +76,13 @@ class Teacher(nn.Module):
     logits_at(hidden, positions) -> LM-head logits only where needed (LLM vocabularies are large).
     """
 
-    def __init__(self, model: nn.Module, tokenizer, layer: int = -1) -> None:
+    def __init__(self, model: nn.Module, tokenizer, layer: int = -1,
+                 untrained_head: Sequence[str] = ()) -> None:
         super().__init__()
         self.model = model
+        # LM-head tensors the checkpoint did not have (a sentence encoder such as MiniLM, loaded as
+        # a causal LM, gets a freshly initialised head): its logits are noise.
+        self.untrained_head = tuple(untrained_head)
         self.tokenizer = tokenizer
         self.layer = layer
         text_config = model.config.get_text_config()
@@ -102,8 +106,11 @@ class Teacher(nn.Module):
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"teacher.path={path} has no config.json: point teacher.path at a "
                                     "local Hugging Face causal LM directory (save_pretrained output)")
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype,
-                                                     attn_implementation="sdpa")
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, dtype=dtype, attn_implementation="sdpa",
+            output_loading_info=True)
+        base = model.base_model_prefix + "."
+        untrained_head = sorted(k for k in info["missing_keys"] if not k.startswith(base))
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         if bidirectional:
             make_bidirectional(model)
@@ -111,7 +118,14 @@ class Teacher(nn.Module):
         log.info("teacher %s (%s, hidden %d, vocab %d) loaded, %s attention", path,
                  type(model).__name__, model.config.get_text_config().hidden_size,
                  len(tokenizer), "bidirectional" if bidirectional else "causal")
-        return cls(model, tokenizer, layer=layer)
+        if untrained_head:
+            log.warning("teacher %s has no trained LM head (%s newly initialised): only its hidden "
+                        "states can be distilled", path, ", ".join(untrained_head))
+        return cls(model, tokenizer, layer=layer, untrained_head=untrained_head)
+
+    @property
+    def has_lm_head(self) -> bool:
+        return not self.untrained_head
 
     def vocab(self) -> dict[str, int]:
         return self.tokenizer.get_vocab()

@@ -68,6 +68,7 @@ def test_teacher_loads_bidirectional_from_a_local_directory(teacher_dir):
     teacher = Teacher.from_pretrained(teacher_dir)
     assert teacher.bidirectional and is_bidirectional(teacher.model)
     assert (teacher.hidden_size, teacher.vocab_size, teacher.mask_token_id) == (32, 30522, 103)
+    assert teacher.has_lm_head and teacher.untrained_head == ()
     causal = Teacher.from_pretrained(teacher_dir, bidirectional=False)
     assert not causal.bidirectional and not is_bidirectional(causal.model)
 

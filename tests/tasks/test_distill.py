@@ -42,6 +42,21 @@ def bpe_teacher(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def encoder_teacher(tmp_path_factory):
+    """A random tiny BERT saved without an LM head, like a sentence encoder (MiniLM): same vocabulary."""
+    from transformers import BertConfig, BertModel
+
+    tokenizer = load_tokenizer()
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, intermediate_size=64))
+    out = tmp_path_factory.mktemp("encoder_teacher")
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return out
+
+
 def test_pool_words_averages_each_words_tokens():
     features = torch.arange(12.0).view(1, 6, 2)
     word_index = torch.tensor([[-1, 0, 0, 2, 2, -1]])
@@ -137,3 +152,20 @@ def test_mntp_adaptation_changes_the_teacher(wordpiece_teacher, tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert not any(p.requires_grad for p in task.teacher.model.parameters())
     assert (tmp_path / "mntp" / "config.json").exists()
+
+
+def test_teacher_without_lm_head_needs_kl_and_mntp_off(encoder_teacher):
+    with pytest.raises(ValueError, match="no trained LM head.*task.weights.kl=0"):
+        DistillTask(STUDENT, teacher={"path": str(encoder_teacher)})
+    with pytest.raises(ValueError, match="task.teacher.mntp.steps=0"):
+        DistillTask(STUDENT, teacher={"path": str(encoder_teacher), "mntp": {"steps": 2}},
+                    weights={"kl": 0.0})
+
+
+def test_encoder_teacher_distils_hidden_states(encoder_teacher):
+    torch.manual_seed(0)
+    task = DistillTask(STUDENT, teacher={"path": str(encoder_teacher)}, weights={"kl": 0.0})
+    assert task.shared_vocab and not task.teacher.has_lm_head
+    history = _train(task, mlm_batch(make_pages()), steps=8)
+    assert "kl" not in history[0]
+    assert history[-1]["hidden_cos"] < history[0]["hidden_cos"] - 0.05

@@ -141,6 +141,9 @@ class DistillTask(DociqTask):
         # KL needs the same vocabulary; the teacher then reads the student's ids directly.
         self.shared_vocab = (loaded.vocab_size == self.text_encoder.vocab_size
                              and loaded.vocab() == self.student_tokenizer.get_vocab())
+        if not loaded.has_lm_head:
+            _require_no_head_losses(teacher_dir, loaded, teacher_cfg,
+                                    self.weights["kl"] if self.shared_vocab else 0.0)
         log.info("distill: teacher %s hidden %d -> student %d; vocabularies %s, KL term %s",
                  teacher_dir, loaded.hidden_size, self.text_encoder.hidden_size,
                  "match" if self.shared_vocab else "differ (word-level alignment)",
@@ -254,6 +257,20 @@ class DistillTask(DociqTask):
 
     def validation_step(self, batch, batch_idx):
         return self._step(batch, "val")
+
+
+def _require_no_head_losses(teacher_dir: Path, teacher: Teacher, teacher_cfg: Mapping[str, Any],
+                            kl_weight: float) -> None:
+    """A teacher without a trained LM head (e.g. a sentence encoder) teaches hidden states only."""
+    head = ", ".join(teacher.untrained_head)
+    if kl_weight > 0:
+        raise ValueError(f"teacher.path={teacher_dir} has no trained LM head ({head} are not in the "
+                         "checkpoint), so the KL term would match random logits: set "
+                         "task.weights.kl=0 to distil its hidden states only")
+    if int(teacher_cfg["mntp"]["steps"]) > 0:
+        raise ValueError(f"teacher.path={teacher_dir} has no trained LM head ({head} are not in the "
+                         "checkpoint); MNTP adapts a causal LM through its head: set "
+                         "task.teacher.mntp.steps=0")
 
 
 class _Reiterable:
