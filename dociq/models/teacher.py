@@ -124,6 +124,11 @@ class Teacher(nn.Module):
         return cls(model, tokenizer, layer=layer, untrained_head=untrained_head)
 
     @property
+    def max_positions(self) -> int | None:
+        """The longest input the teacher's position embeddings cover (None: not stated)."""
+        return getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+
+    @property
     def has_lm_head(self) -> bool:
         return not self.untrained_head
 

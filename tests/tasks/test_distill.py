@@ -49,8 +49,9 @@ def encoder_teacher(tmp_path_factory):
 
     tokenizer = load_tokenizer()
     torch.manual_seed(0)
+    # 16 positions: shorter than the test pages (22 tokens), which the teacher must then cut
     model = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, intermediate_size=64))
+                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=16))
     out = tmp_path_factory.mktemp("encoder_teacher")
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
@@ -165,7 +166,18 @@ def test_teacher_without_lm_head_needs_kl_and_mntp_off(encoder_teacher):
 def test_encoder_teacher_distils_hidden_states(encoder_teacher):
     torch.manual_seed(0)
     task = DistillTask(STUDENT, teacher={"path": str(encoder_teacher)}, weights={"kl": 0.0})
-    assert task.shared_vocab and not task.teacher.has_lm_head
+    assert task.shared_vocab and not task.teacher.has_lm_head and task.teacher_length() == 16
     history = _train(task, mlm_batch(make_pages()), steps=8)
     assert "kl" not in history[0]
     assert history[-1]["hidden_cos"] < history[0]["hidden_cos"] - 0.05
+
+
+def test_pages_longer_than_the_teacher_reads_are_cut_for_it(wordpiece_teacher):
+    torch.manual_seed(0)
+    task = DistillTask(STUDENT, teacher={"path": str(wordpiece_teacher), "max_length": 10})
+    batch = mlm_batch(make_pages())
+    assert batch["ocr_ids"].shape[1] > 10
+    ids, mask, word_index = task.teacher_tokens(batch)
+    assert ids.shape[1] == mask.shape[1] == word_index.shape[1] == 10
+    out = task(batch)
+    assert torch.isfinite(out["loss"]) and out["kl"] > 0

@@ -159,10 +159,16 @@ class DistillTask(DociqTask):
     # ---- teacher inputs -------------------------------------------------------------------
     def teacher_tokens(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, mask, word_index) of the clean OCR text in the teacher's tokenisation."""
-        if self.shared_vocab:
-            return batch["ocr_ids"], batch["ocr_mask"], batch["ocr_word_index"]
+        if self.shared_vocab:  # the page's own tokens, cut to what the teacher can read
+            length = self.teacher_length()
+            return (batch["ocr_ids"][:, :length], batch["ocr_mask"][:, :length],
+                    batch["ocr_word_index"][:, :length])
         words = words_from_wordpiece(batch["ocr_ids"], batch["ocr_word_index"], self.student_tokenizer)
         return self.teacher.tokenize_words(words, self.teacher_cfg["max_length"], device=self.device)
+
+    def teacher_length(self) -> int:
+        limits = [self.teacher_cfg["max_length"], self.teacher.max_positions]
+        return min(int(x) for x in limits if x)
 
     def on_fit_start(self) -> None:
         mntp = self.teacher_cfg["mntp"]
@@ -205,7 +211,8 @@ class DistillTask(DociqTask):
         use_kl = self.shared_vocab and self.weights["kl"] > 0
         with torch.no_grad():
             if use_kl:  # one call: the clean ids for hidden targets, the corrupted ids for KL
-                selected, final = teacher.encode(torch.cat([t_ids, batch["mlm_ids"]]),
+                masked_ids = batch["mlm_ids"][:, : t_ids.shape[1]]
+                selected, final = teacher.encode(torch.cat([t_ids, masked_ids]),
                                                  torch.cat([t_mask, t_mask]))
                 t_hidden, t_final_masked = selected[: len(t_ids)], final[len(t_ids):]
             else:
@@ -233,6 +240,8 @@ class DistillTask(DociqTask):
                 labels: torch.Tensor) -> torch.Tensor:
         """KL(teacher || student) over the masked tokens at temperature T, times T²."""
         where = (labels != IGNORE_INDEX).nonzero()  # row-major, the order of student_logits
+        seen = where[:, 1] < teacher_final.shape[1]  # tokens past the teacher's length have no target
+        where, student_logits = where[seen], student_logits[seen]
         if where.numel() == 0:
             return student_logits.sum() * 0.0
         # token i is predicted at position i-1; position 0 ([CLS]) is never masked
