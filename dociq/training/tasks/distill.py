@@ -164,7 +164,7 @@ class DistillTask(DociqTask):
             return (batch["ocr_ids"][:, :length], batch["ocr_mask"][:, :length],
                     batch["ocr_word_index"][:, :length])
         words = words_from_wordpiece(batch["ocr_ids"], batch["ocr_word_index"], self.student_tokenizer)
-        return self.teacher.tokenize_words(words, self.teacher_cfg["max_length"], device=self.device)
+        return self.teacher.tokenize_words(words, self.teacher_length(), device=self.device)
 
     def teacher_length(self) -> int:
         limits = [self.teacher_cfg["max_length"], self.teacher.max_positions]
@@ -271,14 +271,13 @@ class DistillTask(DociqTask):
 def _require_no_head_losses(teacher_dir: Path, teacher: Teacher, teacher_cfg: Mapping[str, Any],
                             kl_weight: float) -> None:
     """A teacher without a trained LM head (e.g. a sentence encoder) teaches hidden states only."""
-    head = ", ".join(teacher.untrained_head)
+    problem = (f"teacher.path={teacher_dir} has no trained LM head "
+               f"({', '.join(teacher.untrained_head)} are not in the checkpoint)")
     if kl_weight > 0:
-        raise ValueError(f"teacher.path={teacher_dir} has no trained LM head ({head} are not in the "
-                         "checkpoint), so the KL term would match random logits: set "
+        raise ValueError(f"{problem}, so the KL term would match random logits: set "
                          "task.weights.kl=0 to distil its hidden states only")
     if int(teacher_cfg["mntp"]["steps"]) > 0:
-        raise ValueError(f"teacher.path={teacher_dir} has no trained LM head ({head} are not in the "
-                         "checkpoint); MNTP adapts a causal LM through its head: set "
+        raise ValueError(f"{problem}; MNTP adapts a causal LM through its head: set "
                          "task.teacher.mntp.steps=0")
 
 
