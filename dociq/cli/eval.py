@@ -1,7 +1,13 @@
 """`dociq eval CKPT [CKPT ...]`: held-out mIoU of fine-tuned checkpoints per question kind and
-prompt set, on synthetic pages, a corpus split or a COCO layout set (with COCO mAP); what is scored
-and how: dociq.evaluation.heldout. A user's mistake (a missing checkpoint or corpus) is one line on
-stderr and exit status 2.
+prompt set, on synthetic pages, a corpus split or a COCO layout set (with COCO mAP).
+
+Held-out prompts are asked of the Predictor a user runs, with its default settings, and scored at
+the page's size (dociq.evaluation.answers); `--baseline detector` asks the same prompts of an
+off-the-shelf layout detector plus text search (dociq.evaluation.detector_baseline), so every
+table reads against a peer that needs no model of ours. `--task-path` scores the training task's
+batched path instead (dociq.evaluation.heldout: the validation loop's numbers, with the text-free
+heuristics and the painted-words diagnostic). A user's mistake (a missing checkpoint or corpus) is
+one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -15,11 +21,18 @@ import torch
 
 from dociq.cli import report_errors
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
-from dociq.evaluation import heldout
-from dociq.evaluation.heldout import (PROMPT_SETS, VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
+from dociq.data.synthetic.generator import SyntheticDocuments
+from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers
+from dociq.evaluation.detector_baseline import DetectorTextSearch
+from dociq.evaluation.layout_detector import DetectorUnavailable
+from dociq.evaluation.heldout import (VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
                                       load_task)
 from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
+
+BASELINES = ("detector",)
+# The side of the synthetic pages a baseline (which has no input size) is scored on: the recipe's.
+SYNTHETIC_BASELINE_SIZE = 256
 
 
 def _category_map(items: Sequence[str]) -> dict[str, str]:
@@ -33,8 +46,14 @@ def _category_map(items: Sequence[str]) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dociq eval", description=heldout.__doc__.split("\n\n")[0])
-    p.add_argument("checkpoints", nargs="+")
+    p = argparse.ArgumentParser(prog="dociq eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoints", nargs="*", help="stage=finetune checkpoints or model folders")
+    p.add_argument("--baseline", choices=BASELINES, action="append", default=[],
+                   help="also score a baseline that needs no model of ours on the same prompts: detector = "
+                        "an off-the-shelf layout detector plus text search (dociq.evaluation.detector_baseline)")
+    p.add_argument("--task-path", action="store_true",
+                   help="score the training task's batched path (the validation loop's numbers) instead of the "
+                        "Predictor; needed for --heuristics and --eval-size")
     p.add_argument("--data", choices=("synthetic", "corpus", "coco"), default="synthetic",
                    help="synthetic held-out pages (default), a real corpus's held-out split (--corpus), "
                         "or a COCO layout set (--annotations)")
@@ -45,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="side of the synthetic pages (default: the model's input size; the generator fills "
                         "a larger page with more text, so compare models of different input sizes on the same "
                         "--page-size)")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="pages per batch (--task-path)")
     p.add_argument("--max-questions", type=int, default=8)
-    p.add_argument("--prompts", nargs="+", default=list(PROMPT_SETS), choices=list(PROMPT_SETS))
+    p.add_argument("--prompts", nargs="+", default=list(ANSWER_SETS), choices=list(ANSWER_SETS))
     corpus = p.add_argument_group("--data corpus")
     corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
     corpus.add_argument("--split", default="val", help="its split (val: documents no training page comes from; "
@@ -67,11 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     coco.add_argument("--pred-iou-thresh", type=float, default=0.5)
     coco.add_argument("--stability-score-thresh", type=float, default=0.8)
     p.add_argument("--heuristics", action="store_true",
-                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS)")
+                   help="also score text-free heuristics on the same prompts (HEURISTIC_SETS; --task-path)")
     p.add_argument("--snap", action="store_true",
-                   help="also score each prompt set with its masks snapped to the word boxes (<set>_snap), "
-                        "completed to text blocks (<set>_blocks: Predictor(snap='blocks')) "
-                        "and, for questions, painted from the word grounding's relevant words (<set>_words)")
+                   help="also score each prompt set with the decoder's masks as they are (<set>_raw), snapped to "
+                        "the word boxes (<set>_snap: Predictor(snap='words')) and completed to text blocks "
+                        "(<set>_blocks: Predictor(snap='blocks')); with --task-path, questions also painted from "
+                        "the word grounding's relevant words (<set>_words)")
     p.add_argument("--eval-size", type=int, default=None, metavar="PX",
                    help="score masks in a PX-pixel frame (the page letterboxed as the model's input is) "
                         "instead of the model's input size: e.g. 1024, the corpus pages' own resolution "
@@ -81,8 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _pages(args, image_size: int):
+    """The held-out pages of --data synthetic / corpus."""
+    if args.data == "corpus":
+        return CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                               packages=args.packages)
+    return SyntheticDocuments(num_pages=args.pages or 128, image_size=args.page_size or image_size,
+                              seed=args.seed, degrade=0.3)
+
+
+def _baseline(name: str):
+    """A baseline that answers prompts as the Predictor does, with no model of ours."""
+    return {"detector": DetectorTextSearch}[name]()
+
+
 def run(args) -> int:
     results = {}
+    if args.data != "coco" and not args.task_path:
+        answerers = [(path, load_predictor, path) for path in args.checkpoints]
+        answerers += [(f"baseline:{name}", _baseline, name) for name in args.baseline]
+        for label, make, arg in answerers:
+            answerer = make(arg)
+            pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE))
+            results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
+                                              args.prompts, compare_snap=args.snap and hasattr(answerer, "snap"))
+        return _report(args, results)
     for path in args.checkpoints:
         if args.data == "coco":
             results[path] = evaluate_coco(
@@ -93,13 +136,14 @@ def run(args) -> int:
                 **region_options(args))
             continue
         task = load_task(path)
-        data = None
-        if args.data == "corpus":
-            data = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
-                                   packages=args.packages)
+        data = None if args.data == "synthetic" else _pages(args, 0)
         results[path] = evaluate(task, args.pages, args.seed, args.batch_size, args.max_questions, args.prompts,
                                  data=data, heuristics=args.heuristics, snap=args.snap,
                                  eval_size=args.eval_size, page_size=args.page_size)
+    return _report(args, results)
+
+
+def _report(args, results: dict) -> int:
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
@@ -115,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.data == "coco" and not args.annotations:
         p.error("--data coco needs --annotations <the COCO JSON>")
-    return report_errors("eval", lambda: run(args))
+    if not args.checkpoints and not (args.baseline and args.data != "coco" and not args.task_path):
+        p.error("give a checkpoint (or model folder) to evaluate, or --baseline detector")
+    if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
+        p.error("--heuristics and --eval-size score the training task's path: add --task-path")
+    return report_errors("eval", lambda: run(args), also=(DetectorUnavailable,))
 
 
 if __name__ == "__main__":
