@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=VAL_SEED)
     p.add_argument("--clicks", action="store_true", help="one click per region instead of the questions")
     p.add_argument("--boxes", action="store_true", help="one box per region (its tight box) instead of the questions")
-    p.add_argument("--snap", nargs="?", const="words", default=None, choices=("words", "blocks"),
-                   help="masks at word-box precision: Predictor(snap='words') (the default of a bare --snap) "
-                        "or 'blocks' (also completed to the text blocks they hold or are clicked in)")
+    p.add_argument("--snap", default=None, choices=("blocks", "words", "none"),
+                   help="the Predictor's snap mode (default: its own, 'blocks'); 'none': the decoder's masks; "
+                        "with --segment-page any mode but 'none' snaps the regions to their words")
     p.add_argument("--segment-page", action="store_true",
                    help="one row per page: its labels and segment-page's regions (with --seeds, --snap)")
     p.add_argument("--seeds", nargs="+", default=["ocr_blocks", "class_boxes"],
@@ -201,10 +201,11 @@ def main(argv: list[str] | None = None) -> None:
     predictor = Predictor.from_checkpoint(args.checkpoint)
     if args.segment_page:
         counts = plot_segmented(predictor, args.pages, args.seed, args.corpus, args.out, args.seeds,
-                                args.snap is not None)
+                                args.snap not in (None, "none"))
         print(f"wrote {args.out}: regions per page {counts}")
         return
-    predictor.snap = args.snap
+    if args.snap is not None:
+        predictor.snap = None if args.snap == "none" else args.snap
     gather = collect_clicks if args.clicks else collect_boxes if args.boxes else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
     plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")

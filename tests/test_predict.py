@@ -132,12 +132,12 @@ def test_snap_to_words_snaps_every_returned_mask(predictor):
     words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
     page = np.full((500, 1000, 3), 255, np.uint8)
     predictor.set_image(page, words=words, word_boxes=boxes)
-    raw, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
-    predictor.snap_to_words = True
-    try:
+    with predictor.snapping(None):
+        raw, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
+    with predictor.snapping("words"):
+        assert predictor.snap_to_words
         snapped, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
-    finally:
-        predictor.snap_to_words = False
+    assert predictor.snap == "blocks"                  # the default, back after the block
     for r, s in zip(raw, snapped):
         assert np.array_equal(s, snap_to_words(r, np.asarray(boxes, float)))
 
@@ -152,12 +152,9 @@ def test_snap_blocks_completes_each_prompts_masks_with_its_own_click_and_box(pre
     predictor.set_image(page, words=words, word_boxes=boxes)
     points = np.array([[[30.0, 20.0]], [[400.0, 200.0]]])
     box = np.array([[0.0, 0.0, 300.0, 120.0], [200.0, 100.0, 900.0, 400.0]])
-    raw, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)       # [2, 3, H, W]
-    predictor.snap = "blocks"
-    try:
-        completed, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)
-    finally:
-        predictor.snap = None
+    with predictor.snapping(None):
+        raw, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)   # [2, 3, H, W]
+    completed, _, _ = predictor.predict(points=points, boxes=box, multimask_output=True)  # the default: blocks
     assert completed.shape == raw.shape
     for q in range(2):
         for c in range(3):

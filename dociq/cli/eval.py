@@ -22,7 +22,7 @@ import torch
 from dociq.cli import report_errors
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.synthetic.generator import SyntheticDocuments
-from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers
+from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers, is_predictor
 from dociq.evaluation.detector_baseline import DetectorTextSearch
 from dociq.evaluation.layout_detector import DetectorUnavailable
 from dociq.evaluation.heldout import (VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
@@ -124,7 +124,7 @@ def run(args) -> int:
             answerer = make(arg)
             pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE))
             results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
-                                              args.prompts, compare_snap=args.snap and hasattr(answerer, "snap"))
+                                              args.prompts, compare_snap=args.snap and is_predictor(answerer))
         return _report(args, results)
     for path in args.checkpoints:
         if args.data == "coco":

@@ -26,7 +26,7 @@ from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords
 from dociq.inference.overlay import overlay
-from dociq.inference.predictor import load_predictor
+from dociq.inference.predictor import DEFAULT_SNAP, load_predictor
 from dociq.inference.prompts import check_words
 from dociq.io.rle import encode_rle
 
@@ -84,9 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OCR for the page words: tesseract, or pdf (the text layer of --pdf, its default)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--threshold", type=float, default=0.0, help="mask logit threshold (default 0)")
-    p.add_argument("--snap", choices=("words", "blocks"), default=None,
-                   help="draw masks at word-box precision: 'words' snaps them to their words' box, 'blocks' also "
-                        "completes each paragraph / list item they hold or a click lands in (docs/predict.md)")
+    p.add_argument("--snap", choices=("blocks", "words", "none"), default=DEFAULT_SNAP,
+                   help="masks at word-box precision: 'blocks' (the default) completes each paragraph / list item "
+                        "they hold or a click lands in and keeps a box's mask in its box, 'words' snaps them to "
+                        "their words' box, 'none' returns the decoder's masks (docs/predict.md)")
     p.add_argument("--multimask", action="store_true", help="the 3 candidate masks per prompt (SAM's multimask)")
     p.add_argument("--out", default=None, help="overlay image to write (default: ./<input>_prediction.png)")
     p.add_argument("--masks-dir", help="also write one PNG per mask (0/255) into this folder")
@@ -133,7 +134,7 @@ def run(args) -> None:
     if args.masks_dir and Path(args.masks_dir).exists() and not Path(args.masks_dir).is_dir():
         raise ValueError(f"--masks-dir {args.masks_dir} is a file: give a folder")
     predictor = load_predictor(args.checkpoint, args.device)
-    predictor.snap = args.snap
+    predictor.snap = None if args.snap == "none" else args.snap
     page_words, page_boxes = (words, None) if isinstance(words, OcrWords) or words is None else words
     # the prompts are checked against the page before the page is embedded: a bad one fails fast
     masks, scores = predictor.predict(image, question=args.question, points=args.point, boxes=args.box,

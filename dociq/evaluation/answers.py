@@ -75,7 +75,7 @@ def layout_class(page: Page, question) -> str | None:
 
 
 def is_predictor(answerer: Any) -> bool:
-    return hasattr(answerer, "snap") and hasattr(answerer, "predict_masks")
+    return hasattr(answerer, "snapping") and hasattr(answerer, "predict_masks")
 
 
 class _Scores:
@@ -110,14 +110,11 @@ def _ask(answerer: Any, modes: Sequence[str | None], **prompt) -> dict[str | Non
     the answerer as it is set; other keys only for a Predictor)."""
     if not modes:
         return {None: answerer.predict(**prompt)[0]}
-    own, out = answerer.snap, {}
-    try:
-        for mode in modes:
-            answerer.snap = mode
+    out = {}
+    for mode in modes:
+        with answerer.snapping(mode):
             out[SNAP_SUFFIXES[mode]] = answerer.predict(**prompt)[0]
-    finally:
-        answerer.snap = own
-    out[None] = out[SNAP_SUFFIXES[own]] if own in modes else answerer.predict(**prompt)[0]
+    out[None] = out[SNAP_SUFFIXES[answerer.snap]] if answerer.snap in modes else answerer.predict(**prompt)[0]
     return out
 
 

@@ -420,8 +420,10 @@ class PageSegmenter:
     def class_answers(self) -> dict[str, np.ndarray]:
         """class name -> bool [H, W]: the model's answer to the class's question on the set page."""
         names = list(self.categories)
-        answers, _scores, _low_res = self.predictor.predict_masks(question=[self.categories[n] for n in names])
-        return dict(zip(names, np.asarray(answers, dtype=bool)))
+        # the decoder's own masks (logits > 0), whatever the Predictor's snap: the segmenter snaps itself
+        logits, _scores, _low_res = self.predictor.predict_masks(question=[self.categories[n] for n in names],
+                                                                 return_logits=True)
+        return dict(zip(names, np.asarray(logits) > 0))
 
     def _add_batch(self, found: _Candidates, logits: torch.Tensor, iou: torch.Tensor, points: np.ndarray,
                    seed_names: list[str]) -> None:

@@ -34,6 +34,7 @@ model folders with `dociq.inference.hub` (which knows nothing of the Predictor).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -63,6 +64,9 @@ from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune
 log = logging.getLogger(__name__)
 # Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
 SNAP_MODES = (None, "words", "blocks")
+# What a user gets without asking: the mode that scores best on every prompt kind of held-out real
+# pages through this Predictor (docs/finetune.md, "The user's path").
+DEFAULT_SNAP = "blocks"
 
 
 class Predictor:
@@ -72,12 +76,13 @@ class Predictor:
     def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
                  ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu",
                  max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, snap_to_words: bool = False,
-                 snap: str | None = None) -> None:
+                 snap: str | None = DEFAULT_SNAP) -> None:
         self.device = check_device(device)
         # Masks drawn at word-box precision (dociq.models.word_snap): "words" snaps the text parts of
-        # each mask to the box around their OCR words; "blocks" also completes each text block the
-        # mask holds or a click lands in, and keeps a box prompt's mask inside its box.
-        self.snap = snap if snap is not None else ("words" if snap_to_words else None)
+        # each mask to the box around their OCR words; "blocks" (the default) also completes each text
+        # block the mask holds or a click lands in, and keeps a box prompt's mask inside its box;
+        # None returns the decoder's masks as they are.
+        self.snap = "words" if snap_to_words else snap
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -99,6 +104,17 @@ class Predictor:
         if value not in SNAP_MODES:
             raise ValueError(f"snap={value!r}: use one of {SNAP_MODES} (None: the decoder's masks as they are)")
         self._snap = value
+
+    @contextmanager
+    def snapping(self, mode: str | None):
+        """`with predictor.snapping(None): ...`: masks snapped as `mode` inside the block, the
+        Predictor's own setting again after it (for callers that post-process raw masks themselves)."""
+        own = self.snap
+        self.snap = mode
+        try:
+            yield self
+        finally:
+            self.snap = own
 
     @property
     def snap_to_words(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from dociq.data.text_blocks import group_blocks
+from dociq.data.text_blocks import group_blocks, group_lines
 
 # A word belongs to a mask part when at least this share of its box is inside the mask.
 WORD_INSIDE = 0.5
@@ -29,6 +29,13 @@ TEXT_SHARE = 0.7
 # real pages a quarter beat a half by 4 points on reading questions; a half keeps more of the
 # decoder's own cut on forms and tables (docs/finetune.md, "Masks completed to text blocks").
 BLOCK_SHARE = 0.25
+# A word ending in ':' followed on its line by a gap wider than this x the word's height is a form
+# field's label: the value after it is a region of its own (a space between words is ~0.3 x).
+LABEL_GAP = 0.6
+# ... and holds at least this many of the block's words, or half of them.
+MIN_HELD = 2
+# A block with at least this many words ending in ':' is a form's fields: each such word is a label.
+FORM_LABELS = 2
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
 
 
@@ -114,11 +121,14 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         if blocks is None:
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
             blocks = group_blocks(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4), words)
-        for ids in blocks:
+        exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+        for ids in (unit for block in blocks for unit in field_units(block, exact, words)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
             inside = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)
-            held = members[ids].any() and members[ids].mean() >= min_share
+            # a share of a big block, or most of a small one: one word of a three-word label that a
+            # neighbour's mask brushes is not a hold on it
+            held = members[ids].mean() >= min_share and (members[ids].sum() >= MIN_HELD or members[ids].mean() >= 0.5)
             if (held or (inside & positive).any()) and not (inside & ~positive).any():
                 out[y0:y1, x0:x1] = True
     if box is not None:
@@ -128,6 +138,36 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         keep[y0:y1, x0:x1] = True
         out &= keep
     return out
+
+
+def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None) -> list[list[int]]:
+    """A text block as the units a mask is completed to: the block itself, or — on a form, where a
+    label and its value share a block — each label and each value. A label is a word ending in ':'
+    with a gap wider than LABEL_GAP x its height after it on its line. Within a line piece
+    (`group_lines`) each label ends a unit; a piece beside another on its line is a unit of its own;
+    a piece on a new line without a label continues the unit above (a value over two lines)."""
+    colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in block)
+    if not colons:
+        return [list(block)]
+    form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
+    units: list[list[int]] = []
+    previous = None                                    # y0, y1 of the last piece
+    for piece in group_lines(word_boxes[list(block)]):
+        ids = [block[k] for k in piece]
+        y0, y1 = word_boxes[ids, 1].min(), word_boxes[ids, 3].max()
+        cuts = [j for j, (a, b) in enumerate(zip(ids, ids[1:]))
+                if str(words[a]).endswith(":") and (form or word_boxes[b, 0] - word_boxes[a, 2]
+                                                    > LABEL_GAP * max(word_boxes[a, 3] - word_boxes[a, 1], 1.0))]
+        same_line = previous is not None and min(y1, previous[1]) - max(y0, previous[0]) > 0.5 * (y1 - y0)
+        if units and not cuts and not same_line:
+            units[-1].extend(ids)
+        else:
+            start = 0
+            for j in cuts + [len(ids) - 1]:
+                units.append(ids[start:j + 1])
+                start = j + 1
+        previous = (y0, y1)
+    return units
 
 
 def paint_words(shape: tuple[int, int], word_boxes: np.ndarray, relevant: np.ndarray) -> np.ndarray:

@@ -100,3 +100,32 @@ def test_a_box_prompts_mask_stays_inside_the_box_and_list_items_stay_apart():
     assert np.array_equal(out, _box_mask(50, 60, 40, 150))
     merged = snap_to_blocks(_box_mask(49, 61, 38, 152), items)        # no text: one block of two lines
     assert np.array_equal(merged, _box_mask(50, 73, 40, 150))
+
+
+def test_a_forms_labels_and_values_are_completed_apart():
+    from dociq.models.word_snap import field_units, snap_to_blocks
+
+    # "Name:  Kim Smith" over "Date of birth:  Jan 07": one block of two lines, two labels
+    words = ["Name:", "Kim", "Smith", "Date", "of", "birth:", "Jan", "07"]
+    boxes = np.array([[40, 50, 80, 60], [95, 50, 115, 60], [118, 50, 140, 60],
+                      [40, 63, 60, 73], [63, 63, 73, 73], [76, 63, 110, 73], [125, 63, 140, 73], [143, 63, 155, 73]], float)
+    units = [[words[k] for k in u] for u in field_units(list(range(8)), boxes, words)]
+    assert units == [["Name:"], ["Kim", "Smith"], ["Date", "of", "birth:"], ["Jan", "07"]]
+    # the mask on the first value (2 of the block's 8 words) is that value, not the whole form
+    value = _box_mask(49, 61, 94, 141)
+    assert np.array_equal(snap_to_blocks(value, boxes, words), _box_mask(50, 60, 95, 140))
+    # one colon in prose, a space after it: the paragraph stays one block
+    prose = ["as", "follows:", "the", "end", "and", "more"]
+    lines = np.array([[0, 0, 10, 10], [13, 0, 50, 10], [53, 0, 70, 10], [73, 0, 90, 10], [0, 14, 20, 24], [23, 14, 50, 24]], float)
+    assert field_units(list(range(6)), lines, prose) == [list(range(6))]
+
+
+def test_a_mask_that_brushes_one_word_of_a_small_block_does_not_complete_it():
+    from dociq.models.word_snap import snap_to_blocks
+
+    # a three-word line and, far below, a one-line neighbour: the mask holds 1 of its 3 words
+    boxes = np.array([[40, 50, 80, 60], [85, 50, 120, 60], [125, 50, 160, 60]], float)
+    one = _box_mask(49, 61, 39, 81)
+    assert np.array_equal(snap_to_blocks(one, boxes), _box_mask(50, 60, 40, 80))
+    two = _box_mask(49, 61, 39, 121)                       # 2 of 3: a hold
+    assert np.array_equal(snap_to_blocks(two, boxes), _box_mask(50, 60, 40, 160))
