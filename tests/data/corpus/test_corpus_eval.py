@@ -48,7 +48,7 @@ def test_eval_cli_scores_the_held_out_split_of_a_corpus(finetune_checkpoint, tmp
     build(root)
     out = tmp_path / "r.json"
     code = main([str(finetune_checkpoint[0]), "--data", "corpus", "--corpus", str(root), "--split", "val",
-                 "--prompts", "question", "question_no_ocr", "box_region", "--heuristics", "--snap", "--json", str(out)])
+                 "--prompts", "question", "question_no_ocr", "box_region", "--task-path", "--heuristics", "--snap", "--json", str(out)])
     assert code == 0
     result = json.loads(out.read_text())[str(finetune_checkpoint[0])]
     assert set(result) == {"question", "question_no_ocr", "box_region", "heuristic_question", "heuristic_box",
@@ -59,5 +59,10 @@ def test_eval_cli_scores_the_held_out_split_of_a_corpus(finetune_checkpoint, tmp
     # the layout questions again, by the class of the regions they ask for
     assert sum(v for k, v in result["question_layout_by_class"].items() if k.startswith("count_")) == 2
     assert 0.0 <= result["question"]["miou"] <= 1.0
+    # the default path, the Predictor a user runs, asks the same questions of the split
+    assert main([str(finetune_checkpoint[0]), "--data", "corpus", "--corpus", str(root), "--split", "val",
+                 "--prompts", "question", "--json", str(out)]) == 0
+    user = json.loads(out.read_text())[str(finetune_checkpoint[0])]["question"]
+    assert user["count_category"] == 2 and user["count_layout"] == 2 and 0.0 <= user["miou"] <= 1.0
     assert main([str(finetune_checkpoint[0]), "--data", "corpus", "--corpus", str(tmp_path / "none")]) == 2
     assert "none" in capsys.readouterr().err
