@@ -109,17 +109,19 @@ def test_cli_scores_the_predictor_and_names_task_only_options(checkpoint, tmp_pa
     with pytest.raises(SystemExit):
         main(["--data", "corpus"])
     assert "--baseline detector" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--baseline", "detector", "--task-path"])
+    assert "drop --task-path" in capsys.readouterr().err
 
 
-def test_a_pretraining_checkpoint_is_one_line(tmp_path, capsys):
+def test_a_pretraining_checkpoint_is_one_line(finetune_checkpoint, tmp_path, capsys):
     import torch
-
-    from conftest import SMALL_SEGMENTATION_MODEL
 
     # a stage=pretrain checkpoint holds the encoders only: no prompt encoder, no mask decoder
     path = tmp_path / "pretrain.ckpt"
+    model = dict(finetune_checkpoint[1].hparams["model"])
     torch.save({"state_dict": {"model.image_encoder.x": torch.zeros(1)},
-                "hyper_parameters": {"model": SMALL_SEGMENTATION_MODEL, "ema": {}}}, path)
+                "hyper_parameters": {"model": model, "ema": {}}}, path)
     assert main([str(path), "--pages", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "stage=finetune" in err

@@ -101,11 +101,12 @@ def test_return_logits_gives_the_thresholded_masks_logits(predictor, page):
     logits, scores, low_res = predictor.predict(question=QUESTIONS, return_logits=True)
     assert logits.dtype == np.float32 and logits.shape == (2, H, W) and low_res.shape == (2, 1, 32, 32)
     threshold = float(np.median(logits))                 # masks of about half the page: not all/none
-    masks, same_scores = predictor.predict(question=QUESTIONS, threshold=threshold)
+    with predictor.snapping(None):                       # the decoder's masks, not completed to blocks
+        masks, same_scores = predictor.predict(question=QUESTIONS, threshold=threshold)
+        m3, s3, low3 = predictor.predict_masks(question=QUESTIONS, threshold=threshold)  # SAM's triple, always
     assert 0 < masks.sum() < masks.size
     np.testing.assert_array_equal(logits > threshold, masks)
     np.testing.assert_array_equal(scores, same_scores)
-    m3, s3, low3 = predictor.predict_masks(question=QUESTIONS, threshold=threshold)  # SAM's triple, always
     np.testing.assert_array_equal(m3, masks)
     np.testing.assert_array_equal(low3, low_res)
 
@@ -250,7 +251,8 @@ def test_cli_reads_a_pdf_page_and_its_text_layer(finetune_checkpoint, predictor,
     threshold = float(np.median(logits))                                      # a mask of about half the page
     masks_dir = tmp_path / "masks"
     argv = [str(finetune_checkpoint[0]), "--pdf", str(pdf), "--page", "2", "--dpi", "72", "--question",
-            "the total", "--threshold", repr(threshold), "--masks-dir", str(masks_dir), "--out", str(tmp_path / "o.png")]
+            "the total", "--threshold", repr(threshold), "--snap", "none", "--masks-dir", str(masks_dir),
+            "--out", str(tmp_path / "o.png")]
     assert main(argv) == 0
     got = np.array(Image.open(masks_dir / "doc_p2_00.png")) > 127
     np.testing.assert_array_equal(got, logits[0] > threshold)

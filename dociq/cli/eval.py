@@ -159,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.data == "coco" and not args.annotations:
         p.error("--data coco needs --annotations <the COCO JSON>")
-    if not args.checkpoints and not (args.baseline and args.data != "coco" and not args.task_path):
+    if args.baseline and (args.data == "coco" or args.task_path):
+        p.error("--baseline answers the held-out prompts of --data synthetic / corpus on the Predictor's path: "
+                "drop --task-path (and --data coco)")
+    if not args.checkpoints and not args.baseline:
         p.error("give a checkpoint (or model folder) to evaluate, or --baseline detector")
     if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
         p.error("--heuristics and --eval-size score the training task's path: add --task-path")
