@@ -99,6 +99,16 @@ def one_region_mask(page: Page, question, generator: torch.Generator) -> np.ndar
     return own if own.any() else question.mask
 
 
+def choose_questions(page: Page, count: int, generator: torch.Generator) -> list[int]:
+    """Indices of up to `count` of the page's questions with a non-empty target, in page order
+    (a random subset, drawn from `generator`, when there are more)."""
+    index = [k for k, q in enumerate(page.questions) if q.mask.any()]
+    if len(index) > count:
+        order = torch.randperm(len(index), generator=generator)[:count].tolist()
+        index = [index[i] for i in sorted(order)]
+    return index
+
+
 def mask_box(mask: torch.Tensor) -> torch.Tensor:
     """Tight x0, y0, x1, y1 box of a mask [H, W] in pixels (zeros for an empty mask)."""
     ys, xs = torch.nonzero(mask > 0.5, as_tuple=True)
@@ -237,10 +247,7 @@ class DocumentCollator:
         b, size = len(pages), self.image_size
         chosen, chosen_index = [], []
         for page in pages:
-            index = [k for k, q in enumerate(page.questions) if q.mask.any()]
-            if len(index) > self.max_questions:
-                order = torch.randperm(len(index), generator=g)[: self.max_questions].tolist()
-                index = [index[i] for i in sorted(order)]
+            index = choose_questions(page, self.max_questions, g)
             chosen_index.append(index)
             chosen.append([page.questions[k] for k in index])
         q_max = max(1, max(len(qs) for qs in chosen))

@@ -31,9 +31,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from dociq.data.collate import mask_box, sample_points
+from dociq.data.collate import choose_questions, mask_box, sample_points
 from dociq.data.schema import QUESTION_KINDS, Page
-from dociq.evaluation.heldout import REGION_SIZES, VAL_SEED, MeanByName, regions_as_prompts
+from dociq.evaluation.heldout import (REGION_SIZES, VAL_SEED, MeanByName, layout_class, metric_results,
+                                      regions_as_prompts)
 from dociq.io.track import track
 from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 
@@ -47,15 +48,6 @@ def page_seed(page: Page, seed: int) -> int:
     return seed + zlib.crc32(str(page.meta.get("page_id", "")).encode())
 
 
-def chosen_questions(page: Page, count: int, generator: torch.Generator) -> list:
-    """Up to `count` of the page's questions with a non-empty target, drawn as the collator draws them."""
-    index = [k for k, q in enumerate(page.questions) if q.mask.any()]
-    if len(index) > count:
-        order = torch.randperm(len(index), generator=generator)[:count].tolist()
-        index = [index[i] for i in sorted(order)]
-    return [page.questions[k] for k in index]
-
-
 def tight_boxes(masks: Sequence[np.ndarray]) -> np.ndarray:
     """float [Q, 4] x0, y0, x1, y1 (x1, y1 exclusive) of each non-empty mask."""
     return np.stack([mask_box(torch.from_numpy(m)).numpy() for m in masks]).astype(np.float32)
@@ -64,14 +56,6 @@ def tight_boxes(masks: Sequence[np.ndarray]) -> np.ndarray:
 def one_click_each(masks: Sequence[np.ndarray], generator: torch.Generator) -> np.ndarray:
     """float [Q, 1, 2]: one pixel centre drawn uniformly inside each mask."""
     return np.stack([sample_points(torch.from_numpy(m), 1, generator).numpy() for m in masks]).astype(np.float32)
-
-
-def layout_class(page: Page, question) -> str | None:
-    """The region class a layout question asks for ("mixed" for several), None for other kinds."""
-    labels = {page.regions[r].label for r in question.region_ids if 0 <= r < len(page.regions)}
-    if question.kind != "layout" or not labels:
-        return None
-    return labels.pop() if len(labels) == 1 else "mixed"
 
 
 def is_predictor(answerer: Any) -> bool:
@@ -95,14 +79,7 @@ class _Scores:
         return iou
 
     def results(self) -> dict:
-        out = {}
-        for name, m in self.sets.items():
-            values = {k: float(v) for k, v in m.compute().items()}
-            counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
-            out[name] = values | counts
-        if self.by_class.counts:
-            out["question_layout_by_class"] = self.by_class.compute()
-        return out
+        return metric_results(self.sets, self.by_class)
 
 
 def _ask(answerer: Any, modes: Sequence[str | None], **prompt) -> dict[str | None, np.ndarray]:
@@ -148,7 +125,7 @@ def evaluate_answers(answerer: Any, pages: Sequence[Page], max_pages: int | None
         if page is None:                                   # a bad page, skipped and listed by its data set
             continue
         g = torch.Generator().manual_seed(page_seed(page, seed))
-        questions = chosen_questions(page, max_questions, g)
+        questions = [page.questions[k] for k in choose_questions(page, max_questions, g)]
         regions = regions_as_prompts(page, max_questions, seed).questions
         answerer.set_image(page.image, words=list(page.words), word_boxes=np.asarray(page.word_boxes))
         asks = []

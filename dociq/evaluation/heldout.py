@@ -177,10 +177,10 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                                            page_list, blocks_of(region_batch), frame, image_size)
     finally:
         task.use_ocr = use_ocr
-    return _results(metrics, by_class)
+    return metric_results(metrics, by_class)
 
 
-def _results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByName") -> dict:
+def metric_results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByName") -> dict:
     """{set: {miou, dice, miou_<kind>, ..., count_<kind>}}, and the layout questions by class."""
     results = {}
     for name, m in metrics.items():
@@ -217,14 +217,17 @@ class MeanByName:
 def question_classes(batch: dict, pages: Sequence[Page]) -> list[str | None]:
     """Per prompt of the batch (in the order of its valid prompts): the region class a layout
     question asks for ("mixed" when its regions have several), None for other kinds."""
-    out = []
-    for page, index in zip(pages, batch["prompt_question_index"]):
-        for k in index:
-            question = page.questions[k]
-            labels = {page.regions[r].label for r in question.region_ids}
-            out.append(None if question.kind != "layout" or not labels
-                       else labels.pop() if len(labels) == 1 else "mixed")
-    return out
+    return [layout_class(page, page.questions[k]) for page, index in zip(pages, batch["prompt_question_index"])
+            for k in index]
+
+
+def layout_class(page: Page, question: Question) -> str | None:
+    """The region class a layout question asks for ("mixed" when its regions have several), None
+    for other kinds."""
+    labels = {page.regions[r].label for r in question.region_ids if 0 <= r < len(page.regions)}
+    if question.kind != "layout" or not labels:
+        return None
+    return labels.pop() if len(labels) == 1 else "mixed"
 
 
 def _score_heuristics(metrics: dict, batch: dict, targets: torch.Tensor, frame: int, image_size: int) -> None:

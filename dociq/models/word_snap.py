@@ -118,10 +118,10 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         members = _share_inside(mask, boxes) >= WORD_INSIDE
         clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
         positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
+        exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
         if blocks is None:
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
-            blocks = group_blocks(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4), words)
-        exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+            blocks = group_blocks(exact, words)
         for ids in (unit for block in blocks for unit in field_units(block, exact, words)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
