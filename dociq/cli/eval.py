@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -24,9 +25,10 @@ from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers, is_predictor
 from dociq.evaluation.detector_baseline import DetectorTextSearch
-from dociq.evaluation.layout_detector import DetectorUnavailable
 from dociq.evaluation.heldout import (VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
                                       load_task)
+from dociq.evaluation.layout_detector import DetectorUnavailable
+from dociq.evaluation.scanned import ScannedPages
 from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
 
@@ -96,18 +98,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score masks in a PX-pixel frame (the page letterboxed as the model's input is) "
                         "instead of the model's input size: e.g. 1024, the corpus pages' own resolution "
                         "(masks as a user gets them; the same frame for models of any input size)")
+    p.add_argument("--scan", action="store_true",
+                   help="ask the prompts of scanned pages: each page degraded (skew, blur, noise, JPEG) and its "
+                        "words read by tesseract instead of the text layer (dociq.evaluation.scanned)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
 
 
-def _pages(args, image_size: int):
-    """The held-out pages of --data synthetic / corpus."""
+def _pages(args, image_size: int, ocr_cache: str | None = None):
+    """The held-out pages of --data synthetic / corpus (scanned and OCR'd with --scan)."""
     if args.data == "corpus":
-        return CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
-                               packages=args.packages)
-    return SyntheticDocuments(num_pages=args.pages or 128, image_size=args.page_size or image_size,
-                              seed=args.seed, degrade=0.3)
+        pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                                packages=args.packages)
+    else:
+        pages = SyntheticDocuments(num_pages=args.pages or 128, image_size=args.page_size or image_size,
+                                   seed=args.seed, degrade=0.3)
+    return ScannedPages(pages, args.seed, cache_dir=ocr_cache) if args.scan else pages
 
 
 def _baseline(name: str):
@@ -120,11 +127,12 @@ def run(args) -> int:
     if args.data != "coco" and not args.task_path:
         answerers = [(path, load_predictor, path) for path in args.checkpoints]
         answerers += [(f"baseline:{name}", _baseline, name) for name in args.baseline]
-        for label, make, arg in answerers:
-            answerer = make(arg)
-            pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE))
-            results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
-                                              args.prompts, compare_snap=args.snap and is_predictor(answerer))
+        with tempfile.TemporaryDirectory(prefix="dociq-eval-ocr-") as ocr_cache:   # one OCR per scanned page
+            for label, make, arg in answerers:
+                answerer = make(arg)
+                pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE), ocr_cache)
+                results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
+                                                  args.prompts, compare_snap=args.snap and is_predictor(answerer))
         return _report(args, results)
     for path in args.checkpoints:
         if args.data == "coco":
@@ -164,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                 "drop --task-path (and --data coco)")
     if not args.checkpoints and not args.baseline:
         p.error("give a checkpoint (or model folder) to evaluate, or --baseline detector")
+    if args.scan and (args.data == "coco" or args.task_path):
+        p.error("--scan scans the held-out pages of --data synthetic / corpus on the Predictor's path: drop "
+                "--task-path (a COCO set's words come from --ocr)")
     if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
         p.error("--heuristics and --eval-size score the training task's path: add --task-path")
     return report_errors("eval", lambda: run(args), also=(DetectorUnavailable,))

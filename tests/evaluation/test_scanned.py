@@ -1,0 +1,47 @@
+"""Held-out pages as a scanner and OCR hand them over (dociq.evaluation.scanned): degraded the same
+way for every answerer, words read back from the pixels, targets still on the page."""
+import numpy as np
+import pytest
+
+from dociq.cli.eval import main
+from dociq.data.synthetic.generator import SyntheticDocuments
+from dociq.evaluation.scanned import ScannedPages
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return SyntheticDocuments(num_pages=2, image_size=768, seed=5, degrade=0.0)
+
+
+def _normalised(words):
+    return {w.strip(".,:;()").lower() for w in words if len(w.strip(".,:;()")) > 3}
+
+
+def test_words_are_read_from_the_scanned_pixels_and_targets_move_with_them(pages, tmp_path):
+    scanned = ScannedPages(pages, seed=0, cache_dir=tmp_path)
+    assert len(scanned) == len(pages)
+    for i in range(len(pages)):
+        page, scan = pages[i], scanned[i]
+        assert scan.meta["words_from"] == "tesseract" and scan.meta["page_id"] == page.meta["page_id"]
+        assert scan.image.shape == page.image.shape and not np.array_equal(scan.image, page.image)
+        assert scan.word_boxes.shape == (len(scan.words), 4)
+        # tesseract reads most of the page's longer words back from the degraded image
+        truth, read = _normalised(page.words), _normalised(scan.words)
+        assert len(truth & read) >= 0.5 * len(truth), (sorted(truth - read)[:20], sorted(read)[:20])
+        # word boxes lie on the page; every question keeps a target of the page's size
+        h, w = scan.size
+        assert (scan.word_boxes[:, 2] <= w + 1).all() and (scan.word_boxes[:, 3] <= h + 1).all()
+        assert [q.text for q in scan.questions] == [q.text for q in page.questions]
+        assert all(q.mask.shape == (h, w) and q.mask.any() for q in scan.questions)
+    # the same seed scans a page the same way (every answerer sees the same scan); another does not
+    again, other = ScannedPages(pages, seed=0, cache_dir=tmp_path)[0], ScannedPages(pages, seed=1, cache_dir=tmp_path)[0]
+    assert np.array_equal(again.image, scanned[0].image) and again.words == scanned[0].words
+    assert not np.array_equal(other.image, scanned[0].image)
+
+
+def test_scan_is_for_the_predictors_path(capsys):
+    with pytest.raises(SystemExit):
+        main(["--baseline", "detector", "--task-path", "--scan"])
+    with pytest.raises(SystemExit):
+        main(["x.ckpt", "--task-path", "--scan"])
+    assert "--scan" in capsys.readouterr().err
