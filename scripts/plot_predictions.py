@@ -5,6 +5,7 @@
     python scripts/plot_predictions.py CKPT --clicks                        # one click per region instead
     python scripts/plot_predictions.py CKPT --boxes                         # one box per region (its tight box)
     python scripts/plot_predictions.py CKPT --corpus data/corpus --pages 4  # held-out real pages (val split)
+    python scripts/plot_predictions.py CKPT --corpus data/corpus_unseen --split all --packages P  # unseen packages
     python scripts/plot_predictions.py CKPT --corpus data/corpus --segment-page --seeds ocr_blocks class_boxes
 
 Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
@@ -29,8 +30,9 @@ from pathlib import Path
 VAL_SEED = 1000003   # configs/data/synthetic.yaml: val_set.seed
 
 
-def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | None, split: str = "val"):
-    """`pages` held-out pages: synthetic ones of `seed`, or a corpus split's pages spread over it."""
+def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | dict | None):
+    """`pages` held-out pages: synthetic ones of `seed`, or a corpus's pages spread over it (`corpus`:
+    its folder, whose val split is read, or CorpusDocuments' arguments: root, split, packages)."""
     if corpus is None:
         from dociq.data.synthetic.generator import SyntheticDocuments
 
@@ -38,13 +40,13 @@ def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | None, s
         return [docs[i] for i in range(pages)]
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
 
-    docs = CorpusDocuments(root=corpus, split=split)
+    docs = CorpusDocuments(**(corpus if isinstance(corpus, dict) else {"root": corpus, "split": "val"}))
     picks = random.Random(seed).sample(range(len(docs)), k=min(pages, len(docs)))
     return [docs[i] for i in picks]
 
 
 def collect(predictor, pages: int, questions: int, seed: int, image_size: int,
-            corpus: str | None = None) -> list[dict]:
+            corpus: str | dict | None = None) -> list[dict]:
     rows = []
     for page in held_out_pages(pages, seed, image_size, corpus):
         chosen, seen = [], set()
@@ -64,19 +66,19 @@ def collect(predictor, pages: int, questions: int, seed: int, image_size: int,
 
 
 def collect_clicks(predictor, pages: int, per_page: int, seed: int, image_size: int,
-                   corpus: str | None = None) -> list[dict]:
+                   corpus: str | dict | None = None) -> list[dict]:
     """One row per region: a single click at a random pixel of it, target that region."""
     return collect_regions(predictor, pages, per_page, seed, image_size, corpus, prompt="click")
 
 
 def collect_boxes(predictor, pages: int, per_page: int, seed: int, image_size: int,
-                  corpus: str | None = None) -> list[dict]:
+                  corpus: str | dict | None = None) -> list[dict]:
     """One row per region: its tight box as the prompt (SAM's box prompt), target that region."""
     return collect_regions(predictor, pages, per_page, seed, image_size, corpus, prompt="box")
 
 
 def collect_regions(predictor, pages: int, per_page: int, seed: int, image_size: int,
-                    corpus: str | None = None, prompt: str = "click") -> list[dict]:
+                    corpus: str | dict | None = None, prompt: str = "click") -> list[dict]:
     """One row per region, prompted by a click at a random pixel of it or by its tight box."""
     import numpy as np
 
@@ -106,7 +108,7 @@ def collect_regions(predictor, pages: int, per_page: int, seed: int, image_size:
     return rows
 
 
-def plot_segmented(predictor, pages: int, seed: int, corpus: str | None, out: Path, seeds: list[str],
+def plot_segmented(predictor, pages: int, seed: int, corpus: str | dict | None, out: Path, seeds: list[str],
                    snap: bool) -> list[int]:
     """Labels beside segment-page's regions, one page per row; returns the region count per page."""
     import matplotlib
@@ -193,21 +195,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", nargs="+", default=["ocr_blocks", "class_boxes"],
                    help="segment-page seeds (with --segment-page)")
     p.add_argument("--corpus", default=None,
-                   help="draw held-out real pages: a `dociq corpus build` folder (its val split; green: weak labels)")
+                   help="draw held-out real pages: a `dociq corpus build` folder (green: weak labels)")
+    p.add_argument("--split", default="val",
+                   help="the corpus's split (val: documents no training page comes from; all: every page, e.g. of "
+                        "packages no training page comes from)")
+    p.add_argument("--packages", nargs="+", default=None, help="only the corpus pages of these source packages")
     args = p.parse_args(argv)
+    corpus = None if args.corpus is None else {"root": args.corpus, "packages": args.packages,
+                                               "split": None if args.split == "all" else args.split}
     args.out = args.out or default_out(args.checkpoint)
     from dociq.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(args.checkpoint)
     if args.segment_page:
-        counts = plot_segmented(predictor, args.pages, args.seed, args.corpus, args.out, args.seeds,
+        counts = plot_segmented(predictor, args.pages, args.seed, corpus, args.out, args.seeds,
                                 args.snap not in (None, "none"))
         print(f"wrote {args.out}: regions per page {counts}")
         return
     if args.snap is not None:
         predictor.snap = None if args.snap == "none" else args.snap
     gather = collect_clicks if args.clicks else collect_boxes if args.boxes else collect
-    rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, args.corpus)
+    rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, corpus)
     plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")
     print(f"wrote {args.out}: " + ", ".join(f"{r['question'].kind} IoU {r['iou']:.2f}" for r in rows))
 
