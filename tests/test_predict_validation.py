@@ -218,6 +218,43 @@ def test_cli_bad_dpi_is_one_line_naming_the_flag_and_its_range(finetune_checkpoi
     assert not (tmp_path / "out.png").exists()
 
 
+def test_cli_reads_a_words_file_of_odd_text(finetune_checkpoint, tmp_path, page_png, capsys):
+    """A --words file with a NUL, a lone surrogate, right-to-left and zero-width marks and a
+    2,000-character word: the page is segmented and its mask written."""
+    import json
+
+    texts = ["to\x00tal", "\ud800", "\u05e1\u05db\u05d5\u05dd", "zero\u200bwidth", "\u200f", "x" * 2000, "Title"]
+    words = tmp_path / "words.json"
+    words.write_text(json.dumps([{"text": t, "box": [5 + 20 * i, 20, 20 + 20 * i, 40]} for i, t in enumerate(texts)]))
+    assert "\\ud800" in words.read_text()              # JSON's escape, as another program writes it
+    masks = tmp_path / "masks"
+    assert main([str(finetune_checkpoint[0]), str(page_png), "--words", str(words), "--question", "the total",
+                 "--out", str(tmp_path / "out.png"), "--masks-dir", str(masks)]) == 0, capsys.readouterr().err
+    assert [m.name for m in masks.glob("*.png")] == ["page_00.png"] and (tmp_path / "out.png").is_file()
+
+
+@pytest.mark.parametrize("command", ["predict", "segment-page"])
+@pytest.mark.parametrize("content, message", [
+    ([{"text": "Title", "box": [1, 2, 30, 10]}, {"text": 42, "box": [1, 12, 30, 20]}],
+     "words[1] is not a string (got int 42)"),
+    ({"words": ["Title", None], "boxes": [[1, 2, 30, 10], [1, 12, 30, 20]]}, "words[1] is not a string (got NoneType"),
+])
+def test_cli_words_that_are_not_strings_name_their_item(finetune_checkpoint, tmp_path, page_png, capsys,
+                                                        command, content, message):
+    import json
+
+    from dociq.cli import predict, segment_page
+
+    words = tmp_path / "words.json"
+    words.write_text(json.dumps(content))
+    run = {"predict": predict.main, "segment-page": segment_page.main}[command]
+    prompt = ["--question", "the title"] if command == "predict" else []
+    assert run([str(finetune_checkpoint[0]), str(page_png), "--words", str(words), *prompt,
+                "--out", str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dociq {command}: error: --words {words}: {message}"), err
+
+
 def test_cli_debug_shows_the_traceback(tmp_path, page_png):
     with pytest.raises(CheckpointError):
         main([str(tmp_path / "missing.ckpt"), str(page_png), "--question", "x", "--debug"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dociq.data.ocr import OcrWords, PdfTextLayer
+from dociq.inference.prompts import check_words
 
 # --dpi of a PDF page: below 36 a page's text is a pixel or two high; a letter page at 1,200 dpi is
 # 134 MP (the page-pixel cap, 50 MP, refuses it; a small page may pass).
@@ -38,6 +39,16 @@ def read_words_json(path: str | Path) -> tuple[list, list]:
         if not isinstance(item, dict) or "text" not in item or "box" not in item:
             raise ValueError(f"--words {path}: item [{i}] = {str(item)[:60]} lacks 'text' or 'box'; give {form}")
     return [item["text"] for item in data], [item["box"] for item in data]
+
+
+def read_words(path: str | Path, size: tuple[int, int]) -> tuple[list[str], np.ndarray]:
+    """--words read and checked against the page of `size` (H, W): one string and one pixel box per
+    word (a non-string names its item, words[i]); the error names the file."""
+    words, boxes = read_words_json(path)
+    try:
+        return check_words(words, boxes, size)
+    except ValueError as err:
+        raise ValueError(f"--words {path}: {err}") from err
 
 
 def read_pdf_page(path: str | Path, page: int, dpi: float) -> tuple[np.ndarray, OcrWords]:

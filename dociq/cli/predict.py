@@ -21,13 +21,13 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from dociq.cli import report_errors
-from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words_json
+from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords
 from dociq.inference.overlay import overlay
 from dociq.inference.predictor import DEFAULT_SNAP, load_predictor
-from dociq.inference.prompts import check_threshold, check_words
+from dociq.inference.prompts import check_threshold
 from dociq.io.rle import encode_rle
 
 
@@ -123,11 +123,7 @@ def _page_and_words(args) -> tuple[np.ndarray, Any, str, str | None]:
         image = load_page_image(args.image, DEFAULT_MAX_PAGE_PIXELS)   # before the model: a wrong path fails fast
         words, name, ocr = None, Path(args.image).stem, args.ocr
     if args.words:
-        words = read_words_json(args.words)
-        try:
-            check_words(*words, image.shape[:2])
-        except ValueError as err:
-            raise ValueError(f"--words {args.words}: {err}") from err
+        words = read_words(args.words, image.shape[:2])
     return image, words, name, ocr
 
 

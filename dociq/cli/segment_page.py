@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dociq.cli import report_errors
-from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words_json
+from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.evaluation.coco_map import category_ids_by_name
@@ -95,7 +95,7 @@ def _page_input(args) -> tuple[np.ndarray, Any, Any]:
     else:
         raise ValueError("no page given: pass IMAGE or --pdf FILE --page N")
     if args.words:
-        words, boxes = read_words_json(args.words)
+        words, boxes = read_words(args.words, image.shape[:2])
     return image, words, boxes
 
 
