@@ -13,10 +13,12 @@ RUN := recipe_$(shell date +%Y-%m-%d_%H-%M-%S)
 OUTPUTS = $${DOCIQ_ROOT:-.}/outputs
 
 # The real-document corpus (docs/corpus.md): Debian's documentation packages, fetched with
-# `apt-get download` (root), printed/labelled into shards under data/. CORPUS_ARGS go to the build.
-CORPUS_SRC ?= data/debian
-CORPUS ?= data/corpus
-CORPUS_FULL ?= data/corpus_full
+# `apt-get download` (root), printed/labelled into shards under $DOCIQ_ROOT/data (default: ./data),
+# the configs' paths.data_dir. CORPUS_ARGS go to the build.
+DATA_DIR := $(if $(DOCIQ_ROOT),$(DOCIQ_ROOT)/data,data)
+CORPUS_SRC ?= $(DATA_DIR)/debian
+CORPUS ?= $(DATA_DIR)/corpus
+CORPUS_FULL ?= $(DATA_DIR)/corpus_full
 
 .PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-tools
 
@@ -36,7 +38,8 @@ pretrain: $(STAMP)
 
 # Stage 1 `stage=pretrain` (PRETRAIN_ARGS), stage 2 `stage=finetune init.from=<its last.ckpt>` (ARGS),
 # both on real corpus pages mixed half and half with synthetic ones (data=corpus_mixed); the
-# recipe corpus is built first when it is missing. Pretraining reads 256-px pages; fine-tuning
+# recipe corpus is built first when it is missing, and both stages read it from CORPUS
+# (paths.corpus_dir), so an overridden CORPUS is the one trained on. Pretraining reads 256-px pages; fine-tuning
 # reads FINETUNE_SIZE px (the image encoder's position table is resampled; the synthetic pages
 # stay drawn at 256). 384 px answers every kind of prompt on held-out real pages better than 256
 # in two seeds (docs/finetune.md, "384 px with text blocks"); 1,200 steps take ~40 min at 384 px,
@@ -45,8 +48,10 @@ RECIPE_DATA ?= data=corpus_mixed
 FINETUNE_STEPS ?= 1200
 FINETUNE_SIZE ?= 384
 finetune: $(STAMP) $(CORPUS)/corpus.json
-	$(PY) train.py stage=pretrain $(RECIPE_DATA) 'paths.output_dir=$${paths.log_dir}/pretrain/runs/$(RUN)' $(PRETRAIN_ARGS)
-	$(PY) train.py stage=finetune $(RECIPE_DATA) trainer.max_steps=$(FINETUNE_STEPS) trainer.val_check_interval=300 \
+	$(PY) train.py stage=pretrain $(RECIPE_DATA) 'paths.corpus_dir=$(CORPUS)' \
+		'paths.output_dir=$${paths.log_dir}/pretrain/runs/$(RUN)' $(PRETRAIN_ARGS)
+	$(PY) train.py stage=finetune $(RECIPE_DATA) 'paths.corpus_dir=$(CORPUS)' \
+		trainer.max_steps=$(FINETUNE_STEPS) trainer.val_check_interval=300 \
 		model.image_size=$(FINETUNE_SIZE) \
 		'paths.output_dir=$${paths.log_dir}/finetune/runs/$(RUN)' \
 		'init.from=$${paths.log_dir}/pretrain/runs/$(RUN)/checkpoints/last.ckpt' $(ARGS)

@@ -108,6 +108,19 @@ def test_subcommand_help_is_the_module_help_under_the_dociq_name(capsys):
     assert sys.argv[0] != "dociq predict"   # restored
 
 
+def test_the_eval_summary_names_what_eval_scores(capsys):
+    """`dociq --help`'s line for eval names every page source of `dociq eval --data`, the Predictor
+    it scores and the baseline it can add."""
+    from dociq.cli.eval import BASELINES, build_parser
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  eval ")]
+    (data,) = [a for a in build_parser()._actions if a.dest == "data"]
+    for word in (*data.choices, "Predictor", *(f"--baseline {b}" for b in BASELINES)):
+        assert word.lower() in line.lower(), word
+
+
 def test_a_module_that_is_not_there_is_a_one_line_error(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "export", cli.Command("export", "dociq.not_written_yet", ("export",)))
     assert cli.main(["export", "a.ckpt", "out"]) == 2

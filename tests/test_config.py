@@ -1,6 +1,8 @@
 """The Hydra config tree composes for every stage, and mistakes fail with a message naming the key."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -84,3 +86,48 @@ def test_the_make_finetune_stages_compose(repo_root, tmp_path):
         assert finetune.trainer.max_steps == 1200
         # synthetic pages are drawn at 256 px at every input size (the collator resizes them)
         assert [d.image_size for d in finetune.data.train_set.datasets if "Synthetic" in d._target_] == [256]
+
+
+def _corpus_roots(cfg) -> set[Path]:
+    """Every corpus folder a composed config's data sets read (train and val)."""
+    data = cfg.data
+    sets = [*data.train_set.get("datasets", [data.train_set]), data.val_set]
+    return {Path(s.root) for s in sets if "CorpusDocuments" in s._target_}
+
+
+@pytest.mark.parametrize("root, corpus", [(True, None), (False, None), (True, "elsewhere/corpus")])
+def test_make_finetune_trains_on_the_corpus_it_builds(repo_root, tmp_path, monkeypatch, root, corpus):
+    """With or without DOCIQ_ROOT, and with CORPUS=... given, the folder `make finetune` builds its
+    corpus into is the one both stages read; without CORPUS it is also the configs' own default
+    (paths.corpus_dir), so `python train.py data=corpus` after `make corpus` reads it too."""
+    import shlex
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCIQ_ROOT", "MAKEFLAGS", "MAKELEVEL")}
+    if root:
+        env["DOCIQ_ROOT"] = str(tmp_path / "root")
+        monkeypatch.setenv("DOCIQ_ROOT", env["DOCIQ_ROOT"])
+    else:
+        monkeypatch.delenv("DOCIQ_ROOT", raising=False)
+    extra = [f"CORPUS={tmp_path / corpus}"] if corpus else []
+    # no corpus.json anywhere under tmp_path: the dry run shows the build, then both stages
+    dry = subprocess.run(["make", "-n", "-o", ".venv/.installed", "finetune", "RUN=t", *extra], cwd=repo_root,
+                         env=env, capture_output=True, text=True, check=True).stdout
+    lines = [shlex.split(line) for line in dry.replace("\\\n", " ").splitlines()
+             if "train.py" in line or "corpus build" in line]
+    (build,) = [c for c in lines if "build" in c]
+    built = Path(build[build.index("build") + 2])
+    if corpus:
+        assert built == tmp_path / corpus
+    elif root:
+        assert built == tmp_path / "root" / "data" / "corpus"
+    else:
+        assert built == Path("data/corpus")
+    stages = [c[c.index("train.py") + 1:] for c in lines if "train.py" in c]
+    assert [s[0] for s in stages] == ["stage=pretrain", "stage=finetune"]
+    for stage in stages:
+        assert _corpus_roots(compose(stage)) == {built}
+    if not corpus:
+        assert _corpus_roots(compose(["data=corpus"])) == _corpus_roots(compose(["data=corpus_mixed"])) == {built}

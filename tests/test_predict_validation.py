@@ -138,6 +138,17 @@ def test_a_question_cut_to_the_context_length_is_reported(predictor, page, caplo
     assert not [r for r in caplog.records if "cut" in r.getMessage()]
 
 
+# ---- the mask threshold ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_threshold_is_refused(predictor, page, bad):
+    with pytest.raises(ValueError, match=re.escape(f"threshold {bad} is not finite")):
+        predictor.predict(page, question="the title", threshold=bad)
+    predictor.set_image(page)
+    with pytest.raises(ValueError, match=re.escape(f"threshold {bad} is not finite")):
+        predictor.predict_masks(question="the title", threshold=bad)
+
+
 # ---- the CLI ---------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -178,6 +189,70 @@ def test_cli_missing_image_is_one_line(finetune_checkpoint, tmp_path, capsys):
 def test_cli_bad_prompt_is_one_line(finetune_checkpoint, page_png, capsys):
     err = _cli_error([str(finetune_checkpoint[0]), str(page_png), "--box", "60", "40", "5", "5"], capsys)
     assert "has zero or negative size" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_cli_non_finite_threshold_is_one_line_naming_the_flag(finetune_checkpoint, page_png, capsys, value):
+    out = page_png.with_name("out.png")
+    err = _cli_error([str(finetune_checkpoint[0]), str(page_png), "--question", "x", "--threshold", value,
+                      "--out", str(out)], capsys)
+    assert f"--threshold {value} is not finite" in err and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["predict", "segment-page"])
+@pytest.mark.parametrize("dpi", ["0", "nan", "-72", "1e6"])
+def test_cli_bad_dpi_is_one_line_naming_the_flag_and_its_range(finetune_checkpoint, tmp_path, text_pdf, capsys,
+                                                                command, dpi):
+    """`dociq predict` and `dociq segment-page` render --pdf at --dpi alike, and refuse it alike."""
+    from dociq.cli import predict, segment_page
+
+    pdf = tmp_path / "page.pdf"
+    pdf.write_bytes(text_pdf([[(12, 72, 700, "Hello world")]], 612, 792))
+    run = {"predict": predict.main, "segment-page": segment_page.main}[command]
+    prompt = ["--question", "the title"] if command == "predict" else []
+    assert run([str(finetune_checkpoint[0]), "--pdf", str(pdf), "--dpi", dpi, *prompt,
+                "--out", str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dociq {command}: error: --dpi {float(dpi):g}: "), err
+    assert "from 36 to 1200 dots per inch" in err
+    assert not (tmp_path / "out.png").exists()
+
+
+def test_cli_reads_a_words_file_of_odd_text(finetune_checkpoint, tmp_path, page_png, capsys):
+    """A --words file with a NUL, a lone surrogate, right-to-left and zero-width marks and a
+    2,000-character word: the page is segmented and its mask written."""
+    import json
+
+    texts = ["to\x00tal", "\ud800", "\u05e1\u05db\u05d5\u05dd", "zero\u200bwidth", "\u200f", "x" * 2000, "Title"]
+    words = tmp_path / "words.json"
+    words.write_text(json.dumps([{"text": t, "box": [5 + 20 * i, 20, 20 + 20 * i, 40]} for i, t in enumerate(texts)]))
+    assert "\\ud800" in words.read_text()              # JSON's escape, as another program writes it
+    masks = tmp_path / "masks"
+    assert main([str(finetune_checkpoint[0]), str(page_png), "--words", str(words), "--question", "the total",
+                 "--out", str(tmp_path / "out.png"), "--masks-dir", str(masks)]) == 0, capsys.readouterr().err
+    assert [m.name for m in masks.glob("*.png")] == ["page_00.png"] and (tmp_path / "out.png").is_file()
+
+
+@pytest.mark.parametrize("command", ["predict", "segment-page"])
+@pytest.mark.parametrize("content, message", [
+    ([{"text": "Title", "box": [1, 2, 30, 10]}, {"text": 42, "box": [1, 12, 30, 20]}],
+     "words[1] is not a string (got int 42)"),
+    ({"words": ["Title", None], "boxes": [[1, 2, 30, 10], [1, 12, 30, 20]]}, "words[1] is not a string (got NoneType"),
+])
+def test_cli_words_that_are_not_strings_name_their_item(finetune_checkpoint, tmp_path, page_png, capsys,
+                                                        command, content, message):
+    import json
+
+    from dociq.cli import predict, segment_page
+
+    words = tmp_path / "words.json"
+    words.write_text(json.dumps(content))
+    run = {"predict": predict.main, "segment-page": segment_page.main}[command]
+    prompt = ["--question", "the title"] if command == "predict" else []
+    assert run([str(finetune_checkpoint[0]), str(page_png), "--words", str(words), *prompt,
+                "--out", str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dociq {command}: error: --words {words}: {message}"), err
 
 
 def test_cli_debug_shows_the_traceback(tmp_path, page_png):

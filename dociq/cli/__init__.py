@@ -3,7 +3,7 @@
     dociq train stage=pretrain trainer.max_steps=100     # = python train.py ... (Hydra overrides)
     dociq predict run.ckpt page.png --question "total?"  # dociq.cli.predict (dociq.inference.predictor)
     dociq segment-page run.ckpt page.png                 # dociq.cli.segment_page (dociq.inference.automatic)
-    dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.heldout)
+    dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.answers)
     dociq export run.ckpt exported/                      # dociq.cli.hub export (dociq.inference.hub)
     dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
     dociq corpus build pdfs/ data/corpus                 # dociq.cli.corpus (real documents)
@@ -42,7 +42,8 @@ COMMANDS: dict[str, Command] = {
                        takes_debug=True),
     "segment-page": Command("segment everything on a page (automatic mask generation)", "dociq.cli.segment_page",
                             takes_debug=True),
-    "eval": Command("evaluate checkpoints on held-out synthetic pages", "dociq.cli.eval"),
+    "eval": Command("score checkpoints on held-out prompts through the Predictor: synthetic pages, a real "
+                    "corpus split or a COCO set; --baseline detector adds a layout-detector peer", "dociq.cli.eval"),
     "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.hub", prefix=("export",),
                       takes_debug=True),
     "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "

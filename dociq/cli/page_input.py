@@ -3,11 +3,17 @@ from a JSON file (`dociq predict` and `dociq segment-page` read them alike)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from dociq.data.ocr import OcrWords, PdfTextLayer
+from dociq.inference.prompts import check_words
+
+# --dpi of a PDF page: below 36 a page's text is a pixel or two high; a letter page at 1,200 dpi is
+# 134 MP (the page-pixel cap, 50 MP, refuses it; a small page may pass).
+DPI_RANGE = (36.0, 1200.0)
 
 
 def read_words_json(path: str | Path) -> tuple[list, list]:
@@ -35,8 +41,19 @@ def read_words_json(path: str | Path) -> tuple[list, list]:
     return [item["text"] for item in data], [item["box"] for item in data]
 
 
+def read_words(path: str | Path, size: tuple[int, int]) -> tuple[list[str], np.ndarray]:
+    """--words read and checked against the page of `size` (H, W): one string and one pixel box per
+    word (a non-string names its item, words[i]); the error names the file."""
+    words, boxes = read_words_json(path)
+    try:
+        return check_words(words, boxes, size)
+    except ValueError as err:
+        raise ValueError(f"--words {path}: {err}") from err
+
+
 def read_pdf_page(path: str | Path, page: int, dpi: float) -> tuple[np.ndarray, OcrWords]:
     """Page `page` (numbered from 1) of a PDF rendered at `dpi`, and its text-layer words."""
+    check_dpi(dpi)
     if page < 1:
         raise ValueError(f"--page {page}: pages are numbered from 1")
     path = Path(path)
@@ -54,3 +71,12 @@ def read_pdf_page(path: str | Path, page: int, dpi: float) -> tuple[np.ndarray, 
                 raise ValueError(f"--pdf {path}: --page {page} but the PDF has {count} page(s); give --page "
                                  f"1..{count}")
     return PdfTextLayer(dpi=dpi).read(path, page - 1)
+
+
+def check_dpi(dpi: float) -> float:
+    """--dpi, the resolution a PDF page is rendered at (`dociq predict`, `dociq segment-page`)."""
+    low, high = DPI_RANGE
+    if not (math.isfinite(dpi) and low <= dpi <= high):
+        raise ValueError(f"--dpi {dpi:g}: give a resolution from {low:g} to {high:g} dots per inch "
+                         "(default 144)")
+    return dpi

@@ -21,13 +21,13 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from dociq.cli import report_errors
-from dociq.cli.page_input import read_pdf_page, read_words_json
+from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords
 from dociq.inference.overlay import overlay
 from dociq.inference.predictor import DEFAULT_SNAP, load_predictor
-from dociq.inference.prompts import check_words
+from dociq.inference.prompts import check_threshold
 from dociq.io.rle import encode_rle
 
 
@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("image", nargs="?", help="the page image (PNG/JPEG/TIFF); or give --pdf FILE --page N")
     p.add_argument("--pdf", help="a born-digital PDF: its page --page is rendered and its text layer is the OCR")
     p.add_argument("--page", type=int, default=None, help="page of --pdf, numbered from 1 (default 1)")
-    p.add_argument("--dpi", type=float, default=144.0, help="render resolution of --pdf (default 144)")
+    p.add_argument("--dpi", type=float, default=144.0,
+                   help="render resolution of --pdf, %g to %g (default 144)" % DPI_RANGE)
     p.add_argument("--question", action="append", help="a question (repeat for several prompts, one call)")
     p.add_argument("--point", nargs=2, type=float, action="append", metavar=("X", "Y"),
                    help="a positive click in page pixels (repeat for several, one prompt)")
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ocr", default=None, choices=["tesseract", "pdf"],
                    help="OCR for the page words: tesseract, or pdf (the text layer of --pdf, its default)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--threshold", type=float, default=0.0, help="mask logit threshold (default 0)")
+    p.add_argument("--threshold", type=float, default=0.0,
+                   help="mask logit threshold, a finite number (default 0; lower keeps more pixels)")
     p.add_argument("--snap", choices=("blocks", "words", "none"), default=DEFAULT_SNAP,
                    help="masks at word-box precision: 'blocks' (the default) completes each paragraph / list item "
                         "they hold or a click lands in and keeps a box's mask in its box, 'words' snaps them to "
@@ -121,15 +123,12 @@ def _page_and_words(args) -> tuple[np.ndarray, Any, str, str | None]:
         image = load_page_image(args.image, DEFAULT_MAX_PAGE_PIXELS)   # before the model: a wrong path fails fast
         words, name, ocr = None, Path(args.image).stem, args.ocr
     if args.words:
-        words = read_words_json(args.words)
-        try:
-            check_words(*words, image.shape[:2])
-        except ValueError as err:
-            raise ValueError(f"--words {args.words}: {err}") from err
+        words = read_words(args.words, image.shape[:2])
     return image, words, name, ocr
 
 
 def run(args) -> None:
+    check_threshold(args.threshold, "--threshold")
     image, words, name, ocr = _page_and_words(args)
     if args.masks_dir and Path(args.masks_dir).exists() and not Path(args.masks_dir).is_dir():
         raise ValueError(f"--masks-dir {args.masks_dir} is a file: give a folder")

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dociq.cli import report_errors
-from dociq.cli.page_input import read_pdf_page, read_words_json
+from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.evaluation.coco_map import category_ids_by_name
@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("image", nargs="?", help="page image (or give --pdf FILE --page N)")
     p.add_argument("--pdf", help="a PDF: segment its page --page (its text layer gives the words)")
     p.add_argument("--page", type=int, default=1, help="page of --pdf, numbered from 1 (default 1)")
-    p.add_argument("--dpi", type=float, default=144.0, help="render --pdf at this resolution (default 144)")
+    p.add_argument("--dpi", type=float, default=144.0,
+                   help="render --pdf at this resolution, %g to %g (default 144)" % DPI_RANGE)
     p.add_argument("--words", help='OCR words JSON as for dociq predict: [{"text", "box": [x0, y0, x1, y1]}] '
                    '(page pixels) or {"words": [...], "boxes": [...]}')
     p.add_argument("--ocr", default=None, help="OCR backend when no --words / --pdf: tesseract (default: none)")
@@ -94,7 +95,7 @@ def _page_input(args) -> tuple[np.ndarray, Any, Any]:
     else:
         raise ValueError("no page given: pass IMAGE or --pdf FILE --page N")
     if args.words:
-        words, boxes = read_words_json(args.words)
+        words, boxes = read_words(args.words, image.shape[:2])
     return image, words, boxes
 
 

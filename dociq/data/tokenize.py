@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +21,21 @@ SEP_BOX = (LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE)
 # (identifiers, paths and numbers split into many pieces), so 3,072 keeps every word of a
 # 1,500-word page; the text encoder and the fusion trunk read long pages in windows.
 MAX_OCR_TOKENS = 3072
+# WordPiece reads at most 100 characters of a word (BERT's max_input_chars_per_word: a longer one is
+# [UNK]), and a word split at every punctuation mark (a 2,000-dot leader) would fill a page's token
+# budget alone: OCR words are cut to this length (6 of the recipe corpus's 535k words are longer).
+MAX_WORD_CHARS = 100
+# Not text: C0/C1 control characters (NUL, BEL, ...; tab, newline and CR are whitespace to the
+# tokenizer) are dropped, lone UTF-16 surrogates (JSON "\ud800") become U+FFFD: the Rust tokenizer
+# refuses a page holding one. Right-to-left and zero-width marks are text and pass.
+_NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def clean_word(word: str) -> str:
+    """An OCR word as the tokenizer can read it: control characters dropped, lone surrogates
+    replaced by U+FFFD, cut to MAX_WORD_CHARS."""
+    word = _NOT_TEXT.sub(lambda m: "\ufffd" if m.group() >= "\ud800" else "", word)
+    return word[:MAX_WORD_CHARS]
 
 
 def default_vocab_dir() -> Path:
@@ -82,7 +98,7 @@ class OcrTokenizer:
         """`boxes` are the words' boxes already normalised to 0..LAYOUT_SCALE, int [N, 4]."""
         if len(words) != len(boxes):
             raise ValueError(f"{len(words)} words but {len(boxes)} boxes: every OCR word needs one box")
-        enc = self.hf(list(words), is_split_into_words=True, truncation=True,
+        enc = self.hf([clean_word(w) for w in words], is_split_into_words=True, truncation=True,
                       max_length=self.max_length, add_special_tokens=True)
         word_ids = enc.word_ids()
         ids = torch.tensor(enc.input_ids, dtype=torch.long)
@@ -95,7 +111,9 @@ class OcrTokenizer:
         out_boxes[0] = torch.tensor(CLS_BOX)
         out_boxes[-1] = torch.tensor(SEP_BOX)
         kept = int(word_index.max().item()) + 1 if (~special).any() else 0
-        truncated = len(words) - kept
+        # words after the last one with a token were cut only if the budget was reached: a word
+        # with no token at all (empty, or only marks the tokenizer drops) was not cut
+        truncated = len(words) - kept if len(ids) >= self.max_length else 0
         if truncated:
             self.truncated_words_total += truncated
             log.debug("OCR truncation: %d of %d words dropped (max_length=%d)", truncated, len(words),

@@ -58,7 +58,7 @@ from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candi
                                     remove_ocr_words)
 from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
                                  folder_question_tokenizer_of)
-from dociq.inference.prompts import Prompts, check_prompts, check_words
+from dociq.inference.prompts import Prompts, check_prompts, check_threshold, check_words
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
@@ -293,6 +293,7 @@ class Predictor:
         low_res_logits [Q, 3, h, w]), otherwise masks [Q, H, W], scores [Q], low_res_logits
         [Q, 1, h, w]; return_logits gives float logits instead of `logits > threshold`.
         `predict_masks` always returns the triple."""
+        threshold = check_threshold(threshold)
         if image is not None:
             page_image = self._image(image)
             prompts = self._check_prompts(question, points, point_labels, boxes, mask_input,
@@ -329,6 +330,7 @@ class Predictor:
                       threshold: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """SamPredictor.predict's return on the page set by `set_image`: always
         (masks, scores, low_res_logits), shapes as in `predict`."""
+        threshold = check_threshold(threshold)
         prompts = self._check_prompts(question, points, point_labels, boxes, mask_input, self.page.original_size)
         return self._decode(prompts, multimask_output, return_logits, threshold)
 

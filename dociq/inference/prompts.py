@@ -1,8 +1,8 @@
 """Prompt and word checks of the Predictor: pixel coordinates of the original page, checked as the
 data loader checks annotations, before any model work.
 
-A non-finite or out-of-page point, an inverted / zero-size / out-of-page box, an empty question or
-mismatched shapes raise a ValueError naming the argument; coordinates at most
+A non-finite or out-of-page point, an inverted / zero-size / out-of-page box, an empty question,
+mismatched shapes or a non-finite mask threshold raise a ValueError naming the argument; coordinates at most
 `BOX_OVERSHOOT_TOLERANCE` (1%) of the page beyond its edge are clipped. A question longer than the
 question tower's context length is cut, with a warning (`warn_cut_questions`).
 """
@@ -194,6 +194,19 @@ def check_words(words, word_boxes, size: tuple[int, int]) -> tuple[list[str], np
     clipped = np.stack([boxes[:, 0].clip(0, w), boxes[:, 1].clip(0, h), boxes[:, 2].clip(0, w),
                         boxes[:, 3].clip(0, h)], 1)
     return words, clipped.astype(np.float32)
+
+
+def check_threshold(threshold, name: str = "threshold") -> float:
+    """The mask logit threshold: a finite number (NaN would leave every mask empty, inf too)."""
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} {threshold!r} is not a number: give a mask logit threshold, e.g. 0 "
+                         "(the default; lower keeps more pixels)") from err
+    if not np.isfinite(value):
+        raise ValueError(f"{name} {value} is not finite: give a mask logit threshold, e.g. 0 (the default; "
+                         "lower keeps more pixels)")
+    return value
 
 
 def check_prompts(question, points, point_labels, boxes, mask_input, size: tuple[int, int],

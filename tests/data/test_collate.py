@@ -5,7 +5,7 @@ import torch
 
 from dociq.data.collate import DocumentCollator, mask_box, normalise_boxes, visible_tokens
 from dociq.data.schema import IMAGE_MEAN, IMAGE_STD, Page, Question
-from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
+from dociq.data.tokenize import MAX_WORD_CHARS, OcrTokenizer, QuestionTokenizer, clean_word
 
 
 def make_page(h=200, w=100) -> Page:
@@ -55,6 +55,25 @@ def test_truncation_is_counted():
     assert batch["ocr_ids"].shape[1] == 6
     assert batch["ocr_truncated"].tolist() == [1]  # "invoice total : $..." -> the amount is cut
     assert tok.truncated_words_total == 1
+
+
+def test_words_that_are_not_text_are_cleaned_and_overlong_words_cut():
+    """OCR words from a user's file: NUL and other control characters, a lone surrogate (JSON
+    "\\ud800"), right-to-left and zero-width marks and a 2,000-character word tokenize, each word
+    keeps its own tokens, and no word takes more than MAX_WORD_CHARS characters' worth."""
+    tok = OcrTokenizer()
+    leader = "." * 2000                       # a dot leader: every dot is a WordPiece token
+    words = ["to\x00tal", "\ud800", "\u05e1\u05db\u05d5\u05dd", "zero\u200bwidth\u200f", leader, "amount\x07", "\u200f"]
+    enc = tok(words, np.zeros((len(words), 4), np.int64))
+    assert enc.truncated_words == 0          # the last word has no token (the tokenizer drops U+200F) but was not cut
+    widx = enc.word_index
+    assert tok.hf.decode(enc.ids[widx == 0]) == "total"
+    assert tok.hf.decode(enc.ids[widx == 5]) == "amount"
+    assert tok.hf.unk_token_id not in enc.ids[widx == 2].tolist()     # Hebrew is read, not [UNK]
+    assert (widx == 4).sum() == MAX_WORD_CHARS
+    assert clean_word("\ud800x") == "\ufffdx"
+    assert clean_word("zero\u200bwidth\u200f") == "zero\u200bwidth\u200f"    # marks are text
+    assert clean_word("\u05e1\u05db\u05d5\u05dd") == "\u05e1\u05db\u05d5\u05dd"
 
 
 def test_padding_and_attention_mask_across_pages():

@@ -55,6 +55,20 @@ def test_pages_read_back_as_written(corpus):
     assert [dataset.page_meta(i)["page_id"] for i in range(3)] == [f"alpha/guide.pdf#p{i}" for i in range(3)]
 
 
+def test_opening_shards_logs_no_litdata_info_but_keeps_its_warnings(corpus, caplog, monkeypatch):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("litdata"), "level", logging.NOTSET)   # as a fresh process has it
+    caplog.set_level(logging.INFO)              # a run's logging (Hydra's, Lightning's) shows INFO
+    dataset = CorpusDocuments(corpus, split="train")
+    for i in range(len(dataset)):             # every shard opened
+        dataset[i]
+    assert len({dataset.page_meta(i)["shard"] for i in range(len(dataset))}) > 1
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("litdata")] == []
+    logging.getLogger("litdata.streaming.dataset").warning("a litdata warning")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("litdata")] == ["a litdata warning"]
+
+
 def test_splits_packages_and_max_pages_select_pages(corpus):
     val = CorpusDocuments(corpus, split="val")
     assert {val[i].meta["page_id"] for i in range(len(val))} == set(expected_pages("val"))

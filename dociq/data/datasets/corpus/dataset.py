@@ -24,6 +24,7 @@ DataLoader workers):
   per process (a forked DataLoader worker starts with none) and never pickled.
 - litdata's PyPI version check is off by default in this version (LITDATA_CHECK_UPDATES=1 turns
   it on), so opening a shard makes no network call.
+- It logs two INFO lines per opened shard; `quiet_litdata` raises its loggers to WARNING.
 """
 from __future__ import annotations
 
@@ -49,6 +50,15 @@ log = logging.getLogger("dociq.corpus")
 MAX_OPEN_SHARDS = 32
 _BUILD_HINT = "run `dociq corpus build SRC OUT` (or `make corpus`) to build one"
 _SKIP_HINT = "or pass on_bad_sample='skip' to drop its pages"
+
+
+def quiet_litdata() -> None:
+    """Keep litdata's INFO lines out of every run: it logs two per opened shard (its POSIX-fast
+    profile, its cache budget), tens of lines before training starts. Its warnings and errors still
+    pass, and a level someone set on the `litdata` logger is left as it is."""
+    logger = logging.getLogger("litdata")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
 
 
 class CorpusDocuments(Dataset):
@@ -188,6 +198,7 @@ class CorpusDocuments(Dataset):
                                  f"{self._shard_pages[shard]} pages", fix)
         from litdata import StreamingDataset
 
+        quiet_litdata()
         try:
             return StreamingDataset(str(path))
         except (OSError, ValueError) as err:
