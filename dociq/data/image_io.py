@@ -147,6 +147,15 @@ def save_page_image(image: np.ndarray, path: str | Path) -> Path:
     return path
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)       # the only way to read it is to set it: once, at import
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 @contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """`with atomic_file(p) as tmp: write(tmp)`: a temp file in `p`'s folder that replaces `p` (fsynced,
@@ -160,6 +169,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)     # mkstemp's 0600 would hide results from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
