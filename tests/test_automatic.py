@@ -191,6 +191,30 @@ def test_overlay_tints_regions_and_leaves_the_rest():
     assert (out[5:25, 0:30] == 255).all() and (out[75:, :] == 255).all()  # away from it and its label
 
 
+def test_overlay_legend_names_each_colour_and_answers_are_striped_in_the_question_colours():
+    from dociq.data.schema import REGION_CLASSES
+    from dociq.inference.overlay import MASK_COLOURS, category_colour, stripes
+
+    classes = [*REGION_CLASSES, "region"]
+    assert len({tuple(category_colour(c)) for c in classes}) == len(classes)   # a legend is never ambiguous
+    image = np.full((80, 200, 3), 255, np.uint8)
+    table = _region(_rect_mask((80, 200), 10, 10, 60, 60), "table")
+    answer = _region(_rect_mask((80, 200), 120, 10, 190, 60), "answer")
+    answer.question = "the total"
+    questions = ["a question never answered", "the total"]
+    out = draw_overlay(image, [table, answer], questions=questions, legend=True)
+    assert out.shape == (80 + 3 * 16 + 8, 200, 3)                          # the page + one legend row per entry
+    np.testing.assert_array_equal(out[:80], draw_overlay(image, [table, answer], questions=questions))
+    assert list(out[80 + 4 + 8, 12]) == [int(c) for c in category_colour("table")]     # row 1: table, filled
+    for k, colour in ((1, MASK_COLOURS[0]), (2, MASK_COLOURS[1])):                    # rows 2-3: Q1, Q2, striped
+        swatch = out[80 + 4 + k * 16 + 3:80 + 4 + k * 16 + 14, 7:18].reshape(-1, 3)
+        assert {tuple(int(c) for c in colour), (255, 255, 255)} <= {tuple(int(v) for v in px) for px in swatch}
+    hatch = stripes((80, 200))
+    assert hatch[35, 150] and not hatch[35, 156]
+    assert np.allclose(out[35, 150], 0.6 * 255 + 0.4 * MASK_COLOURS[1], atol=1)   # Q2's colour on a stripe
+    assert (out[35, 156] == 255).all()                                             # the page between stripes
+
+
 # ---- the pipeline on a scripted predictor ------------------------------------------------------
 
 class ScriptedPredictor:

@@ -3,6 +3,7 @@
     dociq train stage=pretrain trainer.max_steps=100     # = python train.py ... (Hydra overrides)
     dociq predict run.ckpt page.png --question "total?"  # dociq.cli.predict (dociq.inference.predictor)
     dociq segment-page run.ckpt page.png                 # dociq.cli.segment_page (dociq.inference.automatic)
+    dociq segment run.ckpt docs/ --out results/          # dociq.cli.segment (dociq.inference.documents)
     dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.answers)
     dociq export run.ckpt exported/                      # dociq.cli.hub export (dociq.inference.hub)
     dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
@@ -42,6 +43,8 @@ COMMANDS: dict[str, Command] = {
                        takes_debug=True),
     "segment-page": Command("segment everything on a page (automatic mask generation)", "dociq.cli.segment_page",
                             takes_debug=True),
+    "segment": Command("segment whole documents (PDFs, images, folders) into JSON, COCO, Label Studio or "
+                       "docling files", "dociq.cli.segment", takes_debug=True),
     "eval": Command("score checkpoints on held-out prompts through the Predictor: synthetic pages, a real "
                     "corpus split or a COCO set; --baseline detector adds a layout-detector peer", "dociq.cli.eval"),
     "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.hub", prefix=("export",),

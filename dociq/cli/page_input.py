@@ -74,7 +74,7 @@ def read_pdf_page(path: str | Path, page: int, dpi: float) -> tuple[np.ndarray, 
 
 
 def check_dpi(dpi: float) -> float:
-    """--dpi, the resolution a PDF page is rendered at (`dociq predict`, `dociq segment-page`)."""
+    """--dpi, the resolution a PDF page is rendered at (`dociq predict`, `dociq segment-page`, `dociq segment`)."""
     low, high = DPI_RANGE
     if not (math.isfinite(dpi) and low <= dpi <= high):
         raise ValueError(f"--dpi {dpi:g}: give a resolution from {low:g} to {high:g} dots per inch "

@@ -13,6 +13,8 @@ mask; without a context each task gets the page's automatic proposals (or the ma
 question). Masks go back as `brushlabels` in Label Studio's own brush RLE (rle-pack of the RGBA
 pixels, not COCO's RLE: `encode_ls_rle`, byte-for-byte what label_studio_converter.brush.mask2rle
 writes), or as `polygonlabels` (points in percent) when the label config has PolygonLabels only.
+`pre_annotation_task` writes the same results as a task file Label Studio imports (`dociq segment
+--format labelstudio`).
 
 Task images are never downloaded: a task names a store page (`data.page_id`, or the engine's own
 `/api/pages/<id>/image` URL), a file under the store folder (a path, or Label Studio's
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
+from xml.sax.saxutils import quoteattr
 
 import numpy as np
 from fastapi import Request  # module level: the routes' annotations are resolved from these globals
@@ -353,8 +356,32 @@ def predict_task(engine, task: dict, config: LabelConfig, context: dict | None) 
         for region in regions:
             mask = rle_to_mask(region["mask"], size)
             results.append(config.result(mask, config.label_for(region["category"]), region["score"]))
+    return prediction(results, engine.model_version)
+
+
+def prediction(results: list[dict], model_version: str) -> dict:
+    """One Label Studio prediction: its results and their mean score."""
     score = float(np.mean([r["score"] for r in results])) if results else 0.0
-    return {"result": results, "score": score, "model_version": engine.model_version}
+    return {"result": results, "score": score, "model_version": model_version}
+
+
+def pre_annotation_task(image_ref: str, masks: list[tuple[np.ndarray, str | None, float]], model_version: str,
+                        config: LabelConfig | None = None, data: dict | None = None) -> dict:
+    """A Label Studio task with its pre-annotation, as Label Studio imports it from a JSON file
+    (`{"data": {image_key: image_ref, ...}, "predictions": [{"result": [...], ...}]}`): one result
+    per (mask, label, score), written as `/predict` writes them."""
+    config = config or LabelConfig()
+    results = [config.result(mask, config.label_for(label), score) for mask, label, score in masks]
+    return {"data": {config.image_key: image_ref, **(data or {})}, "predictions": [prediction(results, model_version)]}
+
+
+def label_config_xml(labels: list[str], config: LabelConfig | None = None) -> str:
+    """A Label Studio label config with a brush label per name, matching `pre_annotation_task`'s results."""
+    config = config or LabelConfig()
+    tag = "BrushLabels" if config.output_type == "brushlabels" else "PolygonLabels"
+    items = "".join(f"\n    <Label value={quoteattr(label)}/>" for label in labels)
+    return (f'<View>\n  <Image name="{config.image_name}" value="${config.image_key}"/>\n  <{tag} '
+            f'name="{config.from_name}" toName="{config.image_name}">{items}\n  </{tag}>\n</View>\n')
 
 
 # ---- webhook: Label Studio's annotations into the store -------------------------------------------

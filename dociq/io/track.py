@@ -16,12 +16,13 @@ T = TypeVar("T")
 
 
 def track(items: Iterable[T], total: int | None = None, desc: str = "", every_seconds: float = 30.0,
-          stream: TextIO | None = None) -> Iterator[T]:
+          stream: TextIO | None = None, unit: str | None = None) -> Iterator[T]:
+    """`items`, with progress on `stream` (module doc); `unit` names the items in the rate ("pages/s")."""
     stream = stream or sys.stderr
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
     if stream.isatty():
-        yield from tqdm(items, total=total, desc=desc, file=stream, leave=False)
+        yield from tqdm(items, total=total, desc=desc, file=stream, leave=False, unit=unit or "it")
         return
     start = last = time.monotonic()
     done = printed = 0
@@ -31,13 +32,14 @@ def track(items: Iterable[T], total: int | None = None, desc: str = "", every_se
         now = time.monotonic()
         if now - last >= every_seconds:
             last, printed = now, done
-            print(_line(desc, done, total, now - start), file=stream, flush=True)
+            print(_line(desc, done, total, now - start, unit), file=stream, flush=True)
     if done != printed:
-        print(_line(desc, done, total, time.monotonic() - start), file=stream, flush=True)
+        print(_line(desc, done, total, time.monotonic() - start, unit), file=stream, flush=True)
 
 
-def _line(desc: str, done: int, total: int | None, elapsed: float) -> str:
+def _line(desc: str, done: int, total: int | None, elapsed: float, unit: str | None = None) -> str:
     rate = done / elapsed if elapsed > 0 else float("inf")
     of = f"/{total}" if total else ""
     eta = f", ETA {(total - done) / rate:.0f} s" if total and rate > 0 and done < total else ""
-    return f"[dociq] {desc}: {done}{of} ({rate:.2f}/s, {elapsed:.0f} s{eta})"
+    per = f" {unit}s" if unit else ""
+    return f"[dociq] {desc}: {done}{of} ({rate:.2f}{per}/s, {elapsed:.0f} s{eta})"

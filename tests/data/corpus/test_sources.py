@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dociq.data.datasets.corpus.sources import (DEBIAN_PACKAGES, RECIPE_PACKAGES, SourceDocument, SourceError,
-                                       fetch_debian_packages, find_documents, materialize)
+                                       fetch_debian_packages, find_documents, list_documents, materialize)
 
 LONG_TEXT = "Words of a real documentation page, long enough to count as content. " * 40
 PDF_BYTES = b"%PDF-1.4\n% a stand-in: find_documents never opens PDFs\n%%EOF\n"
@@ -267,3 +267,15 @@ def test_translations_under_help_and_html_roots_are_skipped(tmp_path):
     assert ids == ["debian-handbook/usr/share/doc/debian-handbook/html/en-US/intro.html",
                    "gnome-user-docs/usr/share/help/C/gnome-help/topic.page",
                    "pydocs/html/faq/general.html"]
+
+
+def test_a_non_utf8_file_name_is_skipped_and_reported(src):
+    latin1 = os.path.join(os.fsencode(src / "reports"), b"caf\xe9.pdf")      # once: UnicodeEncodeError
+    with open(latin1, "wb") as f:
+        f.write(PDF_BYTES)
+    docs, skipped = list_documents(src)
+    assert _ids(docs) == _ids(find_documents(src)) and "reports/a.pdf" in _ids(docs)
+    assert not any("caf" in d for d in _ids(docs))
+    reasons = {Path(s.path).name: s.reason for s in skipped}
+    assert reasons["caf\\xe9.pdf"].startswith("name is not valid UTF-8")
+    assert reasons["notes.txt"] == "not a document type this command reads"

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dociq.data.datasets.corpus.html_print import HtmlPrinter, PrintError, sample_style
 from dociq.data.datasets.corpus.label_document import DocumentResult, LabelSettings, label_pdf
-from dociq.data.datasets.corpus.sources import SourceDocument, SourceError, find_documents, materialize
+from dociq.data.datasets.corpus.sources import SourceDocument, SourceError, list_documents, materialize
+from dociq.io.walk import skip_report
 from dociq.data.datasets.corpus.store import CorpusWriter
 from dociq.data.ocr import TesseractOCR
 
@@ -136,10 +137,12 @@ def build_corpus(src_dir, out_dir, settings: BuildSettings | None = None, worker
     if not src_dir.is_dir():
         raise FileNotFoundError(f"{src_dir}: no such folder. Fix: pass a folder of PDF/HTML files "
                                 "(or run `make corpus` to fetch the Debian documents)")
-    docs = find_documents(src_dir, settings.max_docs_per_package, settings.seed)
+    docs, skipped = list_documents(src_dir, settings.max_docs_per_package, settings.seed)
+    for line in skip_report(skipped):
+        progress(f"[corpus] {line}")
     if not docs:
-        raise ValueError(f"{src_dir}: no PDF, HTML or Mallard files found under it. Fix: point "
-                         "`dociq corpus build` at a folder that holds documents")
+        raise ValueError(f"{src_dir}: no PDF, HTML or Mallard files found under it ({len(skipped)} entries "
+                         "skipped, listed above). Fix: point `dociq corpus build` at a folder that holds documents")
     start = time.time()
     with CorpusWriter(out_dir, shard_pages=settings.shard_pages, settings=settings.to_json()) as writer:
         done = writer.done_documents

@@ -2,7 +2,8 @@
 
 `fetch_debian_packages` downloads documentation packages with `apt-get download` and unpacks
 them with `dpkg-deb -x`, one folder per package, resumably. `find_documents` lists the PDF,
-HTML and Mallard files under a folder (the first path component names a document's package),
+HTML and Mallard files under a folder with dociq.io.walk (the walk every document command shares;
+`list_documents` also returns what it left out; the first path component names a document's package),
 skips HTML that is navigation rather than content, and picks a deterministic, seed-dependent
 sample per package. `materialize` turns a listed document into a file the builder can read
 (gunzipped, or Mallard converted to HTML).
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from dociq.data.datasets.corpus.mallard import mallard_to_html
 from dociq.data.image_io import atomic_write_bytes
+from dociq.io.walk import Skipped, walk_documents
 
 # package -> the kind of documents it ships
 DEBIAN_PACKAGES: dict[str, str] = {
@@ -198,36 +200,6 @@ def _has_enough_text(doc: SourceDocument) -> bool:
     return visible_text_bytes(head) >= floor
 
 
-def _candidate_files(src_dir: Path):
-    """(path, relative parts) of every document-like file; hidden folders are skipped
-    (they hold partial extractions), symlinked folders are not followed."""
-    for dirpath, dirnames, filenames in os.walk(src_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if _kind_of(name) is not None:
-                path = Path(dirpath) / name
-                yield path, path.relative_to(src_dir).parts
-
-
-def _unique_targets(src_dir: Path, candidates) -> list[tuple[Path, tuple[str, ...]]]:
-    """Regular files, and symlinks to a file inside `src_dir` not listed under another name."""
-    root = src_dir.resolve()
-    regular, linked = [], []
-    for path, parts in candidates:
-        (linked if path.is_symlink() else regular).append((path, parts))
-    seen = {path.resolve() for path, _ in regular}
-    kept = list(regular)
-    for path, parts in linked:
-        try:
-            target = path.resolve(strict=True)
-        except (OSError, RuntimeError):  # broken or looping
-            continue
-        if target.is_file() and target.is_relative_to(root) and target not in seen:
-            seen.add(target)
-            kept.append((path, parts))
-    return kept
-
-
 def _document(path: Path, parts: tuple[str, ...]) -> SourceDocument:
     package = parts[0] if len(parts) > 1 else "local"
     rel = "/".join(parts[1:]) if len(parts) > 1 else parts[0]
@@ -257,15 +229,20 @@ def _shuffle_key(seed: int, doc_id: str) -> str:
 def find_documents(src_dir, max_docs_per_package: int | None = None, seed: int = 0) -> list[SourceDocument]:
     """Every PDF / HTML / Mallard document under `src_dir`, at most `max_docs_per_package` per
     package chosen by a (seed, doc_id) hash; sorted by (package, doc_id)."""
-    src_dir = Path(src_dir)
-    if not src_dir.is_dir():
-        raise FileNotFoundError(f"{src_dir}: no such folder")
+    return list_documents(src_dir, max_docs_per_package, seed)[0]
+
+
+def list_documents(src_dir, max_docs_per_package: int | None = None,
+                   seed: int = 0) -> tuple[list[SourceDocument], list[Skipped]]:
+    """`find_documents`, and the files and folders the walk left out (dociq.io.walk: unreadable,
+    not UTF-8, unknown kind, links); navigation HTML, translations and the cap are not in it."""
+    walked = walk_documents(src_dir, _kind_of)
     by_package: dict[str, list[SourceDocument]] = {}
-    for path, parts in _unique_targets(src_dir, _candidate_files(src_dir)):
-        doc = _document(path, parts)
-        if doc.kind == "html" and _is_navigation_html(parts):
+    for found in walked.files:
+        doc = _document(found.path, found.parts)
+        if doc.kind == "html" and _is_navigation_html(found.parts):
             continue
-        if _is_translation(parts):
+        if _is_translation(found.parts):
             continue
         by_package.setdefault(doc.package, []).append(doc)
     chosen = []
@@ -280,7 +257,7 @@ def find_documents(src_dir, max_docs_per_package: int | None = None, seed: int =
             if _has_enough_text(doc):
                 chosen.append(doc)
                 kept += 1
-    return sorted(chosen, key=lambda d: (d.package, d.doc_id))
+    return sorted(chosen, key=lambda d: (d.package, d.doc_id)), walked.skipped
 
 
 # -- materializing -----------------------------------------------------------------------------
