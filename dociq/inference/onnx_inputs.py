@@ -49,6 +49,17 @@ def bilinear_weights(n_in: int, n_out: int) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def resample(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
+    """`weights` [n_out, n_in] applied along `axis` of `x`, reading only each row's nonzero taps
+    (a resize touches a few input pixels per output pixel; a dense product would touch them all)."""
+    taps = max(1, int((weights != 0).sum(1).max()))
+    index = np.argsort(weights == 0, axis=1, kind="stable")[:, :taps]                 # nonzero columns first
+    w = np.take_along_axis(weights, index, 1)
+    x = np.moveaxis(x, axis, -1)
+    out = (x[..., index] * w).sum(-1)                                                  # [..., n_out]
+    return np.moveaxis(out.astype(np.float32), -1, axis)
+
+
 def letterbox(image: np.ndarray, target: int) -> tuple[np.ndarray, float]:
     """`collate._to_input_frame`: uint8 [H, W, 3] -> normalised float32 [1, 3, target, target] (white
     paper padding) and the scale applied."""
@@ -56,7 +67,7 @@ def letterbox(image: np.ndarray, target: int) -> tuple[np.ndarray, float]:
     nh, nw = resize_longest_side((h, w), target)
     x = image.astype(np.float32).transpose(2, 0, 1) / np.float32(255.0)
     if (nh, nw) != (h, w):
-        x = antialiased_weights(h, nh) @ x @ antialiased_weights(w, nw).T
+        x = resample(resample(x, antialiased_weights(w, nw), 2), antialiased_weights(h, nh), 1)   # as torch: x, then y
     canvas = np.ones((3, target, target), np.float32)
     canvas[:, :nh, :nw] = x
     mean, std = np.asarray(IMAGE_MEAN, np.float32)[:, None, None], np.asarray(IMAGE_STD, np.float32)[:, None, None]
@@ -133,4 +144,4 @@ def to_page(low_res: np.ndarray, image_size: int, input_size: tuple[int, int],
     (h, w), (nh, nw) = original_size, input_size
     rows = bilinear_weights(nh, h) @ bilinear_weights(low_res.shape[-2], image_size)[:nh]
     cols = bilinear_weights(nw, w) @ bilinear_weights(low_res.shape[-1], image_size)[:nw]
-    return (rows @ low_res.astype(np.float32)) @ cols.T
+    return resample(resample(low_res.astype(np.float32), rows, 2), cols, 3)
