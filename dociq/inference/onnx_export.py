@@ -139,16 +139,17 @@ def _dynamic_shapes(names: list[str]) -> dict:
 
 
 def _export(graph: torch.nn.Module, args: tuple, path: Path, input_names: list[str], output_names: list[str],
-            dynamic_shapes: dict) -> None:
+            dynamic_shapes: dict, optimize: bool) -> None:
     with torch.no_grad(), _plain_attention(graph):
         torch.onnx.export(graph, args, str(path), input_names=input_names, output_names=output_names,
                           dynamic_shapes=dynamic_shapes, dynamo=True, external_data=False, opset_version=OPSET,
-                          verbose=False)
+                          verbose=False, optimize=optimize)
 
 
 def export_onnx_graphs(model: SegmentationModel, image_size: int, ocr_tokenizer, max_question_words: int,
-                       out_dir: Path) -> None:
-    """The three graphs of `model` into `out_dir`."""
+                       out_dir: Path, optimize: bool = True) -> None:
+    """The three graphs of `model` into `out_dir`. optimize: torch.onnx's graph optimizer (onnxruntime
+    optimizes again when it loads a graph; tests skip it to export faster)."""
     check_export_dependencies()
     model = model.eval()
     blocks = model.grounding is not None and model.grounding.text_blocks
@@ -157,14 +158,14 @@ def export_onnx_graphs(model: SegmentationModel, image_size: int, ocr_tokenizer,
     page_args = tuple(batch[k] for k in ("image", "ocr_ids", "ocr_boxes", "ocr_mask"))
     t = torch.export.Dim("T", min=2, max=8192)
     _export(page_graph, page_args, out_dir / PAGE_ENCODER, list(PAGE_INPUTS), list(PAGE_OUTPUTS),
-            {"image": None, "ocr_ids": {1: t}, "ocr_boxes": {1: t}, "ocr_mask": {1: t}})
+            {"image": None, "ocr_ids": {1: t}, "ocr_boxes": {1: t}, "ocr_mask": {1: t}}, optimize)
     with torch.no_grad():
         page = page_graph(*page_args)
     for with_points, name in ((True, PROMPT_DECODER), (False, PROMPT_DECODER_NO_POINTS)):
         graph = PromptDecoderGraph(model, with_points).eval()
         args = _prompt_sample(model, batch, page, words, with_points, max_question_words, graph)
         _export(graph, args, out_dir / name, graph.input_names, list(PROMPT_OUTPUTS),
-                {"args": tuple(_dynamic_shapes(graph.input_names).values())})
+                {"args": tuple(_dynamic_shapes(graph.input_names).values())}, optimize)
 
 
 def onnx_config(segmenter, ocr_max_length: int) -> dict:
@@ -184,7 +185,7 @@ def onnx_config(segmenter, ocr_max_length: int) -> dict:
                       "question_tokenizer": QUESTION_TOKENIZER_JSON}}
 
 
-def export_onnx(folder: str | Path) -> Path:
+def export_onnx(folder: str | Path, optimize: bool = True) -> Path:
     """Add `onnx/` (module doc) to an exported model folder, from the folder's own weights and
     tokenizer files. -> the onnx/ folder."""
     # deferred: hub imports the Predictor, which imports this package's torch modules
@@ -196,7 +197,8 @@ def export_onnx(folder: str | Path) -> Path:
     ocr_tokenizer = folder_ocr_tokenizer(folder, segmenter)
     out = folder / ONNX_DIR
     out.mkdir(exist_ok=True)
-    export_onnx_graphs(segmenter.model, segmenter.image_size, ocr_tokenizer, segmenter.max_question_words, out)
+    export_onnx_graphs(segmenter.model, segmenter.image_size, ocr_tokenizer, segmenter.max_question_words, out,
+                       optimize)
     write_tokenizers(ocr_tokenizer, segmenter.question_bpe_source, out / OCR_TOKENIZER_JSON,
                      out / QUESTION_TOKENIZER_JSON)
     (out / ONNX_CONFIG).write_text(json.dumps(onnx_config(segmenter, ocr_tokenizer.max_length), indent=2) + "\n",
