@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -112,14 +112,17 @@ def _bpe_length(word: str) -> int:
     return len(_tokenizer.encode(word))
 
 
-def clip_word_positions(question: str, word_indices: Sequence[int], context_length: int) -> list[int]:
+def clip_word_positions(question: str, word_indices: Sequence[int], context_length: int,
+                        bpe_length: Callable[[str], int] | None = None) -> list[int]:
     """Position of the first CLIP BPE token of each whitespace word `word_indices` of `question`
     in `open_clip.tokenize(question)` (position 0 is the start-of-text token); -1 when the word
     was cut by the context length. open_clip BPE-encodes whitespace-separated pieces
-    independently, so the positions add up word by word."""
+    independently, so the positions add up word by word. `bpe_length`: the BPE token count of a
+    word (default: open_clip's tokenizer; the ONNX runner counts with the `tokenizers` one)."""
+    bpe_length = bpe_length or _bpe_length
     starts, pos = [], 1
     for raw in question.split():
         starts.append(pos)
-        pos += _bpe_length(raw)
+        pos += bpe_length(raw)
     last = context_length - 2            # the final slot holds the end-of-text token
     return [starts[i] if starts[i] <= last else -1 for i in word_indices]

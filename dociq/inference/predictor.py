@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,28 +44,21 @@ import torch
 import torch.nn.functional as F
 
 from dociq.data.collate import DocumentCollator, lexical_match, resize_longest_side
-from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError
-from dociq.data.image_io import load_page_image, to_rgb_array
-from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
+from dociq.data.ocr import OcrWords
 from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
-from dociq.data.text_blocks import group_blocks
-from dociq.models.word_snap import snap_to_blocks, snap_to_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
                                     remove_ocr_words)
 from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
                                  folder_question_tokenizer_of)
-from dociq.inference.prompts import Prompts, check_prompts, check_threshold, check_words
+from dociq.inference.page_inputs import read_page_image, read_page_words
+from dociq.inference.prompts import Prompts, check_prompts, check_threshold
+from dociq.inference.snapping import DEFAULT_SNAP, SNAP_MODES, snap_masks  # noqa: F401  (re-exported)
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
-# Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
-SNAP_MODES = (None, "words", "blocks")
-# What a user gets without asking: the mode that scores best on every prompt kind of held-out real
-# pages through this Predictor (docs/finetune.md, "The user's path").
-DEFAULT_SNAP = "blocks"
 
 
 class Predictor:
@@ -210,43 +202,11 @@ class Predictor:
 
     @staticmethod
     def _image(image: Any) -> np.ndarray:
-        if isinstance(image, (str, Path)):
-            if isinstance(image, str) and not Path(image).is_file():
-                raise BadSampleError(Path(image), "image file not found",
-                                     "give the page image (a path, PIL image or uint8 [H, W, 3] array) as the "
-                                     "first argument; a question goes in question=...")
-            return load_page_image(image, DEFAULT_MAX_PAGE_PIXELS)
-        if isinstance(image, np.ndarray):
-            if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-                raise ValueError(f"image array must be uint8 [H, W, 3] RGB, got {image.dtype} {image.shape}")
-            return image
-        from PIL import Image
-        if isinstance(image, Image.Image):
-            return to_rgb_array(image)
-        raise TypeError(f"image must be a path, a PIL image or a uint8 [H, W, 3] array, got {type(image).__name__}")
+        return read_page_image(image)
 
     @staticmethod
     def _words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray]:
-        if isinstance(words, OcrWords):
-            words = words.scaled_to(image.shape[:2])
-            return list(words.words), words.boxes
-        if words is not None:
-            return check_words(words, word_boxes, image.shape[:2])
-        if word_boxes is not None:
-            raise ValueError("word_boxes given without words: pass words=[...] with one word per box "
-                             "(or leave word_boxes out)")
-        if ocr is not None:
-            backend = make_ocr(ocr)
-            if backend is None:
-                raise ValueError("ocr='groundtruth' needs words=...: pass the page's words and word_boxes")
-            if isinstance(backend, PdfTextLayer):
-                raise ValueError("ocr='pdf' reads a PDF's text layer, and an image has none: pass "
-                                 "words=PdfTextLayer().words(pdf, page_index, image.shape[:2]) (the CLI: "
-                                 "--pdf FILE --page N), or ocr='tesseract' for a scanned page")
-            found = backend.recognise(image).scaled_to(image.shape[:2])
-            return list(found.words), found.boxes
-        log.warning("no OCR words given (words=None, ocr=None): the model sees the page image only")
-        return [], np.zeros((0, 4), np.float32)
+        return read_page_words(image, words, word_boxes, ocr)
 
     def _check_prompts(self, question, points, point_labels, boxes, mask_input, size: tuple[int, int]) -> Prompts:
         """Validate the prompts against the page (pixels of the original page) before any model work."""
@@ -372,22 +332,7 @@ class Predictor:
         return out, scores.cpu().numpy(), low_res.cpu().numpy()
 
     def _snap_masks(self, masks: np.ndarray, prompts: Prompts, word_boxes: np.ndarray) -> np.ndarray:
-        """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`self.snap`) to the
-        page's `word_boxes` (none when the model does not read the words: a box prompt's mask is
-        still kept inside its box)."""
-        words = self.page.words if len(word_boxes) else None
-        blocks = group_blocks(word_boxes, words) if self.snap == "blocks" else None   # once for all masks
-        out = np.empty_like(masks)
-        for q in range(masks.shape[0]):
-            if self.snap == "words":
-                snap = partial(snap_to_words, word_boxes=word_boxes)
-            else:
-                pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
-                snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
-                               clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes))
-            flat = masks[q].reshape(-1, *masks.shape[-2:])
-            out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
-        return out
+        return snap_masks(masks, prompts, self.page.words, word_boxes, self.snap)
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]

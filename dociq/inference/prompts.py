@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
-import torch
 
 from dociq.data.errors import BOX_OVERSHOOT_TOLERANCE
 
@@ -61,12 +61,17 @@ def check_questions(question) -> list[str]:
     return questions
 
 
-def warn_cut_questions(questions: list[str], context_length: int) -> None:
-    """open_clip keeps the first `context_length` tokens (start and end included) and drops the rest."""
-    import open_clip
+def warn_cut_questions(questions: list[str], context_length: int,
+                       token_count: Callable[[str], int] | None = None) -> None:
+    """open_clip keeps the first `context_length` tokens (start and end included) and drops the rest.
+    token_count: a question's token count, start and end included (default: open_clip's tokenizer)."""
+    if token_count is None:
+        import open_clip
 
-    longest = max(len(t) for t in questions) + 8      # a BPE token spans at least one character
-    lengths = (open_clip.tokenize(questions, context_length=longest) != 0).sum(1).tolist()
+        longest = max(len(t) for t in questions) + 8      # a BPE token spans at least one character
+        lengths = (open_clip.tokenize(questions, context_length=longest) != 0).sum(1).tolist()
+    else:
+        lengths = [token_count(t) for t in questions]
     for text, n in dict(zip(questions, lengths)).items():
         if n > context_length:
             log.warning("question %r is %d tokens long and is cut to the model's context length %d "
@@ -139,7 +144,7 @@ def check_boxes(boxes, size: tuple[int, int]) -> np.ndarray:
 def check_mask_input(mask_input, size: tuple[int, int]) -> np.ndarray:
     """SAM's mask_input: low-res logits of a previous prediction, one per prompt -> float32
     [1 or Q, 1, h, w]. [Q, h, w] is read as one mask per prompt (SAM's [1, h, w] for one prompt)."""
-    if torch.is_tensor(mask_input):
+    if hasattr(mask_input, "detach") and hasattr(mask_input, "cpu"):   # a torch tensor, without importing torch
         mask_input = mask_input.detach().cpu().numpy()
     try:
         masks = np.asarray(mask_input, dtype=np.float32)
@@ -210,7 +215,8 @@ def check_threshold(threshold, name: str = "threshold") -> float:
 
 
 def check_prompts(question, points, point_labels, boxes, mask_input, size: tuple[int, int],
-                  low_res_size: tuple[int, int], context_length: int | None) -> Prompts:
+                  low_res_size: tuple[int, int], context_length: int | None,
+                  token_count: Callable[[str], int] | None = None) -> Prompts:
     """All the prompts of one `predict` call against the page of `size` (H, W): the questions, the
     point sets, boxes and low-res mask inputs (`low_res_size`, the decoder's grid) -> `Prompts`, one
     shared prompt broadcast to the others' count. `context_length` is the question tower's (None:
@@ -233,6 +239,6 @@ def check_prompts(question, points, point_labels, boxes, mask_input, size: tuple
     if questions:
         if context_length is None:
             raise ValueError("this model has no question tower; prompt it with points or boxes")
-        warn_cut_questions(questions, context_length)
+        warn_cut_questions(questions, context_length, token_count)
         questions = questions * (q if len(questions) == 1 else 1)   # one question shared by all prompts
     return Prompts(q, questions, pts, lbl, bxs, masks)

@@ -17,6 +17,12 @@ from torch import nn
 from dociq.models.sizes import part_config
 
 
+def exporting() -> bool:
+    """True while torch.export / torch.onnx trace the model: the few places whose Python control
+    flow depends on tensor values or sizes then take a branch-free path with the same results."""
+    return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
+
+
 class MLP(nn.Module):
     """`num_layers` Linear layers with ReLU between them (MaskFormer/SAM's head MLP).
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dociq.data.schema import LAYOUT_SCALE
+from dociq.models.common import exporting
 from dociq.models.pos_embed import sincos_2d
 from dociq.models.sizes import part_config
 
@@ -55,12 +56,14 @@ class FusionAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor,
                 key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B,Nq,D] attends to context [B,Nk,D]; key_mask bool [B,Nk], True = attend."""
+        """x [B,Nq,D] attends to context [B,Nk,D]; key_mask bool [B,Nk] (or [B,Nq,Nk] per query),
+        True = attend."""
         B, Nq, D = x.shape
         h = self.num_heads
         q = self.q(x).view(B, Nq, h, D // h).transpose(1, 2)
         k, v = self.kv(context).view(B, -1, 2, h, D // h).permute(2, 0, 3, 1, 4)
-        attn_mask = None if key_mask is None else key_mask[:, None, None, :]
+        attn_mask = None if key_mask is None else (key_mask[:, None] if key_mask.dim() == 3
+                                                   else key_mask[:, None, None, :])
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(out.transpose(1, 2).reshape(B, Nq, D))
@@ -74,7 +77,11 @@ def windowed_self_attention(attn: FusionAttention, x: torch.Tensor, key_mask: to
     later, so alternating blocks let information cross every window boundary. Sequences no
     longer than one window take the global path unchanged."""
     b, t, d = x.shape
-    if window is None or t <= window:
+    if window is None:
+        return attn(x, x, key_mask)
+    if exporting():     # the token count is symbolic: no branch on it, no padding by it
+        return attn(x, x, same_window_mask(key_mask, t, window, shift, x.device))
+    if t <= window:
         return attn(x, x, key_mask)
     offset = window // 2 if shift else 0
     mask = torch.ones(b, t, dtype=torch.bool, device=x.device) if key_mask is None else key_mask.bool()
@@ -87,6 +94,19 @@ def windowed_self_attention(attn: FusionAttention, x: torch.Tensor, key_mask: to
     mw[:, 0] |= ~mw.any(dim=1)
     out = attn(xw, xw, mw).view(b, n_win * window, d)
     return out[:, offset:offset + t]
+
+
+def same_window_mask(key_mask: torch.Tensor | None, t, window: int, shift: bool,
+                     device: torch.device) -> torch.Tensor:
+    """bool [B or 1, T, T]: query i may attend key j when both lie in one window of
+    `windowed_self_attention` (all tokens in one when T <= window) and j is a real token. Global
+    attention under this mask computes what the windows compute, as one traceable graph."""
+    pos = torch.arange(t, device=device)
+    offset = window // 2 if shift else 0
+    windowed = (pos >= window).any()   # T > window, as a tensor: a Python comparison would be traced as a constant
+    win = torch.where(windowed, torch.div(pos + offset, window, rounding_mode="floor"), torch.zeros_like(pos))
+    same = win[:, None] == win[None, :]
+    return same[None] if key_mask is None else same[None] & key_mask.bool()[:, None, :]
 
 
 class FusionMLP(nn.Sequential):
@@ -209,10 +229,9 @@ class FusionTrunk(nn.Module):
             text_mask = text_mask.bool()
             # A page without any real token would give all -inf attention rows (NaN); let such
             # rows attend to their first slot instead (its content is the [CLS]/pad embedding).
-            empty = ~text_mask.any(dim=1)
-            if empty.any():
-                text_mask = text_mask.clone()
-                text_mask[empty, 0] = True
+            empty = ~text_mask.any(dim=1, keepdim=True)
+            first = torch.arange(text_mask.shape[1], device=text_mask.device) == 0
+            text_mask = text_mask | (empty & first)   # branch-free, so it traces
         # Positions go into the tokens once (so identical mask tokens differ from the start) and
         # into every block's queries/keys.
         img, txt = img + img_pos, txt + txt_pos

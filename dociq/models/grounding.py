@@ -183,10 +183,13 @@ def boxed_words(coords: Tensor, labels: Tensor, boxes: Tensor, word_index: Tenso
     return (inside & has_box[:, None]).float()[:, None]
 
 
-def _block_slots(block_index: Tensor, prompts: int) -> tuple[Tensor, int]:
+def _block_slots(block_index: Tensor, prompts: int, count: int | None = None) -> tuple[Tensor, int]:
     """Per prompt and token, its block's slot: long [N, T] (0 = no block, k + 1 = block k) and
-    the number of slots."""
+    the number of slots (`count` when the caller knows it: a traced graph cannot read it off the
+    values)."""
     slots = (block_index.long() + 1).clamp(min=0).repeat_interleave(prompts, dim=0)
+    if count is not None:
+        return slots, count
     return slots, int(slots.max()) + 1 if slots.numel() else 1
 
 
@@ -204,11 +207,11 @@ def in_tagged_block(tagged: Tensor, block_index: Tensor) -> Tensor:
     return hit.gather(2, index)
 
 
-def block_means(x: Tensor, block_index: Tensor) -> tuple[Tensor, Tensor]:
+def block_means(x: Tensor, block_index: Tensor, count: int | None = None) -> tuple[Tensor, Tensor]:
     """Per prompt, the mean token feature of every text block: x [N, T, C], block_index [B, T] ->
     (means [N, S, C] per slot, slot 0 = tokens in no block, zeroed; slots long [N, T])."""
     n, _, c = x.shape
-    slots, count = _block_slots(block_index, n // block_index.shape[0])
+    slots, count = _block_slots(block_index, n // block_index.shape[0], count)
     sums = x.new_zeros(n, count, c).scatter_add_(1, slots[..., None].expand(-1, -1, c), x)
     counts = x.new_zeros(n, count).scatter_add_(1, slots, torch.ones_like(slots, dtype=x.dtype))
     means = sums / counts.clamp(min=1)[..., None]
@@ -228,6 +231,30 @@ def block_extents(boxes: Tensor, block_index: Tensor) -> Tensor:
     out = torch.cat([lo, hi], dim=-1)
     out[:, 0] = 0
     return torch.where(torch.isfinite(out), out, torch.zeros_like(out))
+
+
+def prompt_geometry(match: Tensor, boxes: Tensor, clicked: Tensor | None = None, boxed: Tensor | None = None,
+                    block_index: Tensor | None = None, alignment: bool = True) -> dict[str, Tensor]:
+    """What the grounding reads of the prompts' and words' geometry, computed from its inputs
+    alone (no parameters): the lines and columns of matched question words ("match_row",
+    "match_column", with `alignment`) and of clicked words ("click_row", "click_column"), the
+    blocks holding matched, clicked and boxed words ("match_block", "click_block", "box_block")
+    and the blocks' extents ("block_boxes" [B, S, 4], `block_extents`), each only when its input
+    is given. dociq.inference.onnx_geometry computes the same in numpy for the exported graph."""
+    on = (match.long() > 0).float()
+    out: dict[str, Tensor] = {}
+    if alignment:
+        out["match_row"], out["match_column"] = matched_on_line_and_column(on, boxes)
+    if clicked is not None:
+        out["click_row"], out["click_column"] = matched_on_line_and_column(clicked.float(), boxes)
+    if block_index is not None:
+        out["match_block"] = in_tagged_block(on, block_index)
+        if clicked is not None:
+            out["click_block"] = in_tagged_block(clicked.float(), block_index)
+        if boxed is not None:
+            out["box_block"] = in_tagged_block(boxed.float(), block_index)
+        out["block_boxes"] = block_extents(boxes, block_index)
+    return out
 
 
 class BoxFourierFeatures(nn.Module):
@@ -334,14 +361,17 @@ class WordGrounding(nn.Module):
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
                 grid: tuple[int, int], clicked: Tensor | None = None,
-                block_index: Tensor | None = None, boxed: Tensor | None = None) -> Grounding:
+                block_index: Tensor | None = None, boxed: Tensor | None = None,
+                geometry: dict[str, Tensor] | None = None) -> Grounding:
         """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
         (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
         [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
         [N,J] (CLIP position of content word j, -1 none), has_question bool [N], clicked float
         [N, 2, T] (`clicked_words`; only with click_words). grid: the stride-16 (h, w) of the
         decoder's image embedding. block_index long [B,T] (`ocr_block_index`; with text_blocks).
-        boxed float [N, 1, T] (`boxed_words`; only with box_words)."""
+        boxed float [N, 1, T] (`boxed_words`; only with box_words). geometry: what
+        `prompt_geometry` computes from these inputs alone (no parameters), given precomputed
+        (an exported graph gets it from the ONNX runner, which computes it in numpy)."""
         b, t, _ = text_tokens.shape
         n = question_tokens.shape[0]
         if n % b:
@@ -350,19 +380,21 @@ class WordGrounding(nn.Module):
             raise KeyError("this model's word grounding uses the page's text blocks: the batch needs the key "
                            "`ocr_block_index` (DocumentCollator(..., blocks=True) makes it)")
         blocks = block_index if self.text_blocks else None
+        if geometry is None:
+            geometry = prompt_geometry(match, boxes, clicked, boxed, blocks, self.alignment)
         q = n // b
         x = self.text_in(text_tokens).repeat_interleave(q, dim=0)                 # [N, T, C]
-        x = x + self._match_features(question_tokens, match, word_pos, boxes, blocks)
+        x = x + self._match_features(question_tokens, match, word_pos, geometry, blocks)
         active = has_question.bool()
         if clicked is not None:
             if not self.click_words:
                 raise ValueError("WordGrounding got clicks but was built with click_words=False")
-            x = x + self._click_features(clicked, boxes, blocks)
+            x = x + self._click_features(clicked, geometry, blocks)
             active = active | clicked.flatten(1).bool().any(1)
         if boxed is not None:
             if not self.box_words:
                 raise ValueError("WordGrounding got boxed words but was built with box_words=False")
-            x = x + self._box_features(boxed, blocks)
+            x = x + self._box_features(boxed, geometry, blocks)
             active = active | boxed.flatten(1).bool().any(1)
         pos = self.pos(boxes).repeat_interleave(q, dim=0)
         key_mask = token_mask.bool().repeat_interleave(q, dim=0)
@@ -370,7 +402,7 @@ class WordGrounding(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, pos, key_mask, question_tokens)
             if blocks is not None:   # every token hears its whole text block, whatever the window
-                means, slots = block_means(x, blocks)
+                means, slots = block_means(x, blocks, geometry["block_boxes"].shape[1])
                 x = x + self.block_mix[i](means.gather(1, slots[..., None].expand_as(x)))
         x = self.norm_out(x)
         relevance = self.relevance_head(x)                                           # [N, T, 1]
@@ -381,47 +413,47 @@ class WordGrounding(nn.Module):
         dense = rasterise(self.to_dense(feats), box_coverage(boxes, h, w) * words[..., None], (h, w))
         high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w))
         if blocks is not None:
-            block_dense, block_high_res = self._paint_blocks(feats, boxes, blocks, grid)
+            block_dense, block_high_res = self._paint_blocks(feats, geometry["block_boxes"], blocks, grid)
             dense, high_res = dense + block_dense, high_res + block_high_res
         gate = active.to(x.dtype)[:, None, None, None]
         return Grounding(relevance[..., 0], dense * gate, high_res * gate, cov4, words, active)
 
-    def _paint_blocks(self, feats: Tensor, boxes: Tensor, block_index: Tensor,
+    def _paint_blocks(self, feats: Tensor, extents: Tensor, block_index: Tensor,
                       grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        """Each text block's mean feature painted over the block's whole box -> (dense [N, C, h, w],
-        high_res [N, C/8, 4h, 4w])."""
+        """Each text block's mean feature painted over the block's whole box (`extents` [B, S, 4],
+        `block_extents`) -> (dense [N, C, h, w], high_res [N, C/8, 4h, 4w])."""
         h, w = grid
-        means, _ = block_means(feats, block_index)                                   # [N, S, C+1]
-        extents = block_extents(boxes, block_index)                                  # [B, S, 4]
+        means, _ = block_means(feats, block_index, extents.shape[1])                 # [N, S, C+1]
         dense = rasterise(self.block_to_dense(means), box_coverage(extents, h, w), (h, w))
         high_res = rasterise(self.block_to_high_res(means), box_coverage(extents, 4 * h, 4 * w), (4 * h, 4 * w))
         return dense, high_res
 
-    def _click_features(self, clicked: Tensor, boxes: Tensor, block_index: Tensor | None = None) -> Tensor:
+    def _click_features(self, clicked: Tensor, geometry: dict[str, Tensor],
+                        block_index: Tensor | None = None) -> Tensor:
         """Per token: the click roles of the word it is (clicked), of the clicked word on its line,
         in its column and (with text blocks) in its block. clicked [N, 2, T] -> [N, T, C]."""
         clicked = clicked.to(self.click_embed.dtype)
-        in_row, in_column = matched_on_line_and_column(clicked, boxes)
+        in_row, in_column = geometry["click_row"], geometry["click_column"]
         out = (torch.einsum("nkt,kc->ntc", clicked, self.click_embed)
                + torch.einsum("nkt,kc->ntc", in_row.to(clicked.dtype), self.click_row)
                + torch.einsum("nkt,kc->ntc", in_column.to(clicked.dtype), self.click_column))
         if block_index is not None:
-            in_block = in_tagged_block(clicked, block_index).to(clicked.dtype)
+            in_block = geometry["click_block"].to(clicked.dtype)
             out = out + torch.einsum("nkt,kc->ntc", in_block, self.click_block)
         return out
 
-    def _box_features(self, boxed: Tensor, block_index: Tensor | None = None) -> Tensor:
+    def _box_features(self, boxed: Tensor, geometry: dict[str, Tensor], block_index: Tensor | None = None) -> Tensor:
         """Per token: the box role when its word lies inside the prompt box, and (with text blocks)
         the box-block role when its block holds such a word. boxed [N, 1, T] -> [N, T, C]."""
         boxed = boxed.to(self.box_embed.dtype)
         out = boxed[:, 0, :, None] * self.box_embed
         if block_index is not None:
-            in_block = in_tagged_block(boxed, block_index).to(boxed.dtype)
+            in_block = geometry["box_block"].to(boxed.dtype)
             out = out + in_block[:, 0, :, None] * self.box_block
         return out
 
-    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor, boxes: Tensor,
-                        block_index: Tensor | None = None) -> Tensor:
+    def _match_features(self, question_tokens: Tensor, match: Tensor, word_pos: Tensor,
+                        geometry: dict[str, Tensor], block_index: Tensor | None = None) -> Tensor:
         """Per token: sum over the question words it matches of (role of that word + grade
         embedding), plus the embedding of its best grade; with `alignment`, plus the roles of the
         question words matched on its line and in its column; with text blocks, plus the roles of
@@ -436,12 +468,12 @@ class WordGrounding(nn.Module):
         grades = F.one_hot(codes, NUM_MATCH_CODES).to(role.dtype).sum(1)[..., 1:]   # [N, T, 3]
         out = out + grades @ self.match_embed.weight[1:]
         if self.alignment:
-            in_row, in_column = matched_on_line_and_column(on, boxes)              # [N, J, T] each
+            in_row, in_column = geometry["match_row"], geometry["match_column"]    # [N, J, T] each
             valid_j = valid[..., None]
             out = out + torch.einsum("njt,njc->ntc", in_row * valid_j, self.row_role(word_feats)) \
                 + torch.einsum("njt,njc->ntc", in_column * valid_j, self.column_role(word_feats))
         if block_index is not None:
-            in_block = in_tagged_block(on, block_index).to(role.dtype) * valid[..., None]
+            in_block = geometry["match_block"].to(role.dtype) * valid[..., None]
             out = out + torch.einsum("njt,njc->ntc", in_block, self.block_role(word_feats))
         return out + self.best_match_embed(codes.amax(dim=1))   # J >= 1: the collator always pads to J
 

@@ -37,7 +37,7 @@ from open_clip.model import CLIPTextCfg, _build_text_tower
 from torch import Tensor, nn
 
 from dociq.io.checkpoint import load_state_dict_like, strip_prefix
-from dociq.models.common import LayerNorm2d, resolve_size
+from dociq.models.common import LayerNorm2d, exporting, resolve_size
 from dociq.models.sizes import QUESTION_TOWERS
 
 # Named question towers (open_clip-style configs open_clip does not ship) live in the registry with
@@ -337,7 +337,7 @@ class PromptEncoder(nn.Module):
                 f"PromptEncoder: points must be coords [N, P, 2] and labels [N, P], got {list(coords.shape)} "
                 f"and {list(labels.shape)}; flatten points [B, Q, P, 2] to [B*Q, P, 2]"
             )
-        if ((labels < NOT_A_POINT) | (labels > BOX_BOTTOM_RIGHT)).any():
+        if not exporting() and ((labels < NOT_A_POINT) | (labels > BOX_BOTTOM_RIGHT)).any():
             raise ValueError(
                 "PromptEncoder: point labels must be -1 (pad), 0 (negative), 1 (positive), "
                 f"2/3 (box corners), got values {sorted(labels.unique().tolist())}"
@@ -366,7 +366,8 @@ class PromptEncoder(nn.Module):
         sizes = {name: t.shape[0] for name, t in (
             ("points", points[0] if points is not None else None), ("boxes", boxes),
             ("masks", masks), ("question_ids", question_ids)) if t is not None}
-        if len(set(sizes.values())) > 1:
+        values = list(sizes.values())
+        if any(v != values[0] for v in values[1:]):   # not a set: traced sizes do not hash
             raise ValueError(f"PromptEncoder: prompt inputs disagree on the number of prompts N: {sizes}")
         return next(iter(sizes.values()), 1)
 

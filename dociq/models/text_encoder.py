@@ -28,6 +28,7 @@ from transformers import BertConfig, BertModel
 
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.io.checkpoint import read_checkpoint
+from dociq.models.common import exporting
 from dociq.models.sizes import part_config
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class LayoutEmbeddings(nn.Module):
     def forward(self, boxes: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if boxes.shape[-1] != 4:
             raise ValueError(f"boxes must be [..., 4] (x0, y0, x1, y1), got shape {tuple(boxes.shape)}")
-        if boxes.numel() and (boxes.min() < 0 or boxes.max() > self.scale):
+        if not exporting() and boxes.numel() and (boxes.min() < 0 or boxes.max() > self.scale):
             raise ValueError(f"token boxes must lie in 0..{self.scale} (LayoutLM convention), got "
                              f"{int(boxes.min())}..{int(boxes.max())}: normalise pixel boxes by the "
                              f"page size and multiply by {self.scale}")
@@ -122,8 +123,14 @@ class LayoutEmbeddings(nn.Module):
         has_box = height > 0
         if attention_mask is not None:
             has_box = has_box & attention_mask.bool()
-        median = height.masked_fill(~has_box, float("nan")).nanmedian(dim=-1, keepdim=True).values
-        median = torch.nan_to_num(median, nan=1.0).clamp(min=1.0)
+        if exporting():   # nanmedian has no ONNX op: the lower median by sorting, the same value
+            ordered = height.masked_fill(~has_box, float("inf")).sort(dim=-1).values
+            count = has_box.sum(dim=-1, keepdim=True)
+            median = ordered.gather(-1, ((count - 1) // 2).clamp(min=0))
+            median = torch.where(count > 0, median, torch.ones_like(median)).clamp(min=1.0)
+        else:
+            median = height.masked_fill(~has_box, float("nan")).nanmedian(dim=-1, keepdim=True).values
+            median = torch.nan_to_num(median, nan=1.0).clamp(min=1.0)
         ratio = torch.where(has_box, torch.log(height.clamp(min=1.0) / median), torch.zeros_like(height))
         return torch.bucketize(ratio, self.height_edges)
 
@@ -222,16 +229,19 @@ class TextEncoder(nn.Module):
         embeds = self.word_embeddings(ids) + self.layout(boxes, attention_mask)
         b, t, d = embeds.shape
         window = self.max_length
-        if t <= window:
+        if t <= window and not exporting():
             return self.bert(inputs_embeds=embeds, attention_mask=attention_mask.long()).last_hidden_state
         # A page longer than BERT's position table is read in consecutive windows of reading
         # order, each with positions 0..window-1 (a pretrained BERT stays in its trained range);
         # the 2-D layout embedding tells every token where on the page it is, and the fusion
         # trunk's shifted windows connect neighbouring ones.
-        n_win = -(-t // window)
+        n_win = (t + window - 1) // window   # ceil, written without negative floor division: it exports
         pad = n_win * window - t
         windows = F.pad(embeds, (0, 0, 0, pad)).view(b * n_win, window, d)
         masks = F.pad(attention_mask.bool(), (0, pad), value=False).view(b * n_win, window)
+        if exporting():   # one page, no padding: every window holds tokens (T <= window: one window)
+            out = self.bert(inputs_embeds=windows, attention_mask=masks.long()).last_hidden_state
+            return out.view(b, n_win * window, d)[:, :t]
         used = masks.any(dim=1)            # windows of padding alone are not encoded
         out = windows.new_zeros(windows.shape)
         out[used] = self.bert(inputs_embeds=windows[used], attention_mask=masks[used].long()).last_hidden_state

@@ -1,0 +1,37 @@
+"""Masks snapped to the page's words or text blocks, for the Predictor and the ONNX runner (numpy)."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Sequence
+
+import numpy as np
+
+from dociq.data.text_blocks import group_blocks
+from dociq.inference.prompts import Prompts
+from dociq.models.word_snap import snap_to_blocks, snap_to_words
+
+# Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
+SNAP_MODES = (None, "words", "blocks")
+# What a user gets without asking: the mode that scores best on every prompt kind of held-out real
+# pages through this Predictor (docs/finetune.md, "The user's path").
+DEFAULT_SNAP = "blocks"
+
+
+def snap_masks(masks: np.ndarray, prompts: Prompts, words: Sequence[str], word_boxes: np.ndarray,
+               mode: str) -> np.ndarray:
+    """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
+    "blocks") to the page's `word_boxes` (none when the model does not read the words: a box
+    prompt's mask is still kept inside its box)."""
+    words = words if len(word_boxes) else None
+    blocks = group_blocks(word_boxes, words) if mode == "blocks" else None   # once for all masks
+    out = np.empty_like(masks)
+    for q in range(masks.shape[0]):
+        if mode == "words":
+            snap = partial(snap_to_words, word_boxes=word_boxes)
+        else:
+            pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
+            snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
+                           clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes))
+        flat = masks[q].reshape(-1, *masks.shape[-2:])
+        out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
+    return out
