@@ -6,7 +6,8 @@ import torch
 from dociq.data.schema import Page
 from dociq.cli.predict import main
 from dociq.inference.overlay import overlay
-from dociq.inference.predictor import Predictor
+from dociq.inference.predictor import DEFAULT_BEST_GUESS_MARGIN, Predictor
+from dociq.inference.snapping import best_guess
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):
@@ -166,3 +167,31 @@ def test_snap_blocks_completes_each_prompts_masks_with_its_own_click_and_box(pre
         assert not completed[q][:, outside].any()         # a box prompt's mask stays in its box
     with pytest.raises(ValueError, match="snap='lines'"):
         predictor.snap = "lines"
+
+
+def test_best_guess_fills_only_the_masks_the_threshold_leaves_empty():
+    logits = np.full((2, 1, 4, 5), -3.0, np.float32)
+    logits[0, 0, 1, 1] = 2.0                                   # a confident answer: kept as it is
+    logits[1, 0, 2, 3], logits[1, 0, 0, 0] = -0.5, -1.2        # an unsure one: nothing above 0
+    masks = best_guess(logits, logits > 0, margin=1.0)
+    assert masks[0, 0].sum() == 1 and masks[0, 0, 1, 1]
+    assert np.argwhere(masks[1, 0]).tolist() == [[0, 0], [2, 3]]   # within 1.0 of its best logit, -0.5
+    assert np.argwhere(best_guess(torch.from_numpy(logits), logits > 0, margin=0.0)[1, 0]).tolist() == [[2, 3]]
+
+
+def test_a_predictor_with_a_best_guess_never_answers_empty(predictor):
+    page = np.full((120, 100, 3), 255, np.uint8)
+    page[10:20, 10:90] = 0
+    prompt = dict(question=["the title", "the page number"], words=["Title", "7"],
+                  word_boxes=[[10, 10, 90, 20], [45, 100, 55, 110]])
+    with predictor.snapping(None):
+        logits = predictor.predict(page, return_logits=True, **prompt)[0]
+        predictor.best_guess_margin = None
+        assert not predictor.predict(page, threshold=1e9, **prompt)[0].any()        # nothing passes
+        predictor.best_guess_margin = 0.0
+        try:
+            masks = predictor.predict(page, threshold=1e9, **prompt)[0]
+        finally:
+            predictor.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
+    for mask, logit in zip(masks, logits):
+        assert mask.any() and np.array_equal(mask, logit >= logit.max())

@@ -25,7 +25,7 @@ from dociq.inference import onnx_geometry as geo
 from dociq.inference import onnx_inputs as inputs
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
-from dociq.inference.snapping import DEFAULT_SNAP, SNAP_MODES, snap_masks
+from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES, best_guess, snap_masks
 
 log = logging.getLogger(__name__)
 ONNX_DIR, ONNX_CONFIG = "onnx", "onnx_config.json"           # dociq.inference.onnx_export writes them
@@ -84,6 +84,7 @@ class OnnxPredictor:
         self.context_length = int(self.config["context_length"])
         self.grounding = self.config.get("grounding") or {}
         self.snap = snap
+        self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
         self._page: OnnxPage | None = None
 
     @property
@@ -252,7 +253,9 @@ class OnnxPredictor:
         logits = inputs.to_page(low_res, self.image_size, page.input_size, page.original_size)
         out = logits if return_logits else logits > threshold
         if not multimask_output:
-            out = out[:, 0]
+            out, logits = out[:, 0], logits[:, 0]
+        if not return_logits and self.best_guess_margin is not None:
+            out = best_guess(logits, out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
             out = snap_masks(out, prompts, page.words, page.word_boxes if reads_words else np.zeros((0, 4)),

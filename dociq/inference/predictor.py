@@ -55,7 +55,8 @@ from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, fol
                                  folder_question_tokenizer_of)
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
-from dociq.inference.snapping import DEFAULT_SNAP, SNAP_MODES, snap_masks  # noqa: F401  (re-exported)
+from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES,  # noqa: F401  (re-exported)
+                                      best_guess, snap_masks)
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Predictor:
         # block the mask holds or a click lands in, and keeps a box prompt's mask inside its box;
         # None returns the decoder's masks as they are.
         self.snap = "words" if snap_to_words else snap
+        self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -324,8 +326,10 @@ class Predictor:
         logits = self._to_page(low_res)
         out = logits if return_logits else logits > threshold
         if not multimask_output:
-            out = out[:, 0]
+            out, logits = out[:, 0], logits[:, 0]
         out = out.cpu().numpy()
+        if not return_logits and self.best_guess_margin is not None:
+            out = best_guess(logits.cpu(), out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
             out = self._snap_masks(out, prompts, page.word_boxes if reads_words else np.zeros((0, 4)))

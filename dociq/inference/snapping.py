@@ -15,6 +15,23 @@ SNAP_MODES = (None, "words", "blocks")
 # What a user gets without asking: the mode that scores best on every prompt kind of held-out real
 # pages through this Predictor (docs/finetune.md, "The user's path").
 DEFAULT_SNAP = "blocks"
+# Every training prompt has an answer, so a mask the threshold leaves empty is the model unsure,
+# not the model saying "there is none": such a prompt gets its best guess, the pixels whose logit
+# is within this margin of its highest (None: empty masks stay empty). docs/finetune.md measures it.
+DEFAULT_BEST_GUESS_MARGIN: float | None = None
+
+
+def best_guess(logits, masks: np.ndarray, margin: float) -> np.ndarray:
+    """masks bool [..., H, W] with each empty one replaced by the pixels of its logits [..., H, W]
+    (numpy or a CPU tensor) within `margin` of their maximum."""
+    empty = np.argwhere(~masks.any((-2, -1)))
+    if not len(empty):
+        return masks
+    out = masks.copy()
+    for index in (tuple(int(i) for i in row) for row in empty):
+        logit = np.asarray(logits[index])
+        out[index] = logit >= logit.max() - margin
+    return out
 
 
 def snap_masks(masks: np.ndarray, prompts: Prompts, words: Sequence[str], word_boxes: np.ndarray,
