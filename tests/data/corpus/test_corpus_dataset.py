@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from corpus_testdata import DOCUMENTS, add_documents, build, document, expected_pages
+from corpus_testdata import DOCUMENTS, add_documents, build, document, expected_pages, page
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.mixture import MixedDocuments
 from dociq.data.datasets.corpus.record import record_to_page
@@ -204,3 +204,15 @@ def test_data_configs_instantiate_on_a_built_corpus(corpus):
     assert Counter(mixed.source_of(i)[0] for i in range(len(mixed))) == {0: 9, 1: 9}
     page = mixed[next(i for i in range(len(mixed)) if mixed.source_of(i)[0] == 1)]
     assert page.image.ndim == 3
+
+
+def test_word_boxes_overhanging_the_page_are_cut_to_it():
+    # a text layer's glyph box can reach past the page's crop box (a formula at the top edge): the
+    # Predictor refuses such boxes, and the page shows only their part inside it
+    _, png, record = page("pkg/formula.pdf", 0)
+    h, w = record["size"]
+    record["word_boxes"][0] = [-3.5, -2.0, 20, 11.5]
+    record["word_boxes"][3] = [20, 22, w + 9.0, h + 4.0]
+    boxes = record_to_page(png, record).word_boxes
+    assert boxes[0].tolist() == [0, 0, 20, 11.5] and boxes[3].tolist() == [20, 22, w, h]
+    assert boxes[1].tolist() == record["word_boxes"][1]

@@ -53,7 +53,10 @@ def record_to_page(png: bytes, record: dict[str, Any] | str) -> Page:
     image = decode_png(png)
     size = image.shape[:2]
     words = list(record["words"])
-    word_boxes = np.asarray(record["word_boxes"], dtype=np.float32).reshape(-1, 4)
+    # a text layer's glyph box can overhang the page's crop box (a display formula at the top edge);
+    # the page shows only what lies inside it
+    h, w = size
+    word_boxes = np.clip(np.asarray(record["word_boxes"], dtype=np.float32).reshape(-1, 4), 0, [w, h, w, h])
     regions = []
     for r in record["regions"]:
         box = np.asarray(r["box"], dtype=np.float32)
