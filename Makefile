@@ -20,7 +20,7 @@ CORPUS_SRC ?= $(DATA_DIR)/debian
 CORPUS ?= $(DATA_DIR)/corpus
 CORPUS_FULL ?= $(DATA_DIR)/corpus_full
 
-.PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-tools
+.PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-unseen corpus-tools
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,16 @@ corpus-full: $(STAMP) corpus-tools
 	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC)
 	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS_FULL) --max-docs-per-package 400 \
 		--max-pages-per-doc 10 --max-pages-per-package 1200 $(CORPUS_ARGS)
+
+# Held-out genres: five packages no recipe page comes from (journal and thesis classes, other
+# projects' LaTeX manuals, TikZ/PGF, scikit-learn's and the Debian handbook's HTML), scored with
+# `dociq eval CKPT --data corpus --corpus $(CORPUS_UNSEEN) --split all --packages P` (docs/finetune.md).
+UNSEEN_PACKAGES := texlive-publishers-doc texlive-latex-extra-doc texlive-pictures-doc python-sklearn-doc debian-handbook
+CORPUS_UNSEEN ?= $(DATA_DIR)/corpus_unseen
+corpus-unseen: $(STAMP) corpus-tools
+	$(PY) -m dociq.cli corpus fetch $(DATA_DIR)/debian_unseen --packages $(UNSEEN_PACKAGES)
+	$(PY) -m dociq.cli corpus build $(DATA_DIR)/debian_unseen $(CORPUS_UNSEEN) --max-docs-per-package 40 \
+		--max-pages-per-doc 4 --max-pages-per-package 130 $(CORPUS_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)
