@@ -118,16 +118,25 @@ def _as_cache(cache: OcrCache | str | Path | None) -> OcrCache | None:
     return OcrCache(cache)
 
 
+# Tesseract reads text best at ~300 dpi: a page image whose longest side is below this is enlarged to
+# it before OCR (a 1,024-px page of a two-column article: 73 % of its words read back at 1x, 85 %
+# at 2x; docs/finetune.md, "Documents it has never seen"), and the boxes are mapped back.
+OCR_MIN_LONG_SIDE = 2048
+
+
 class TesseractOCR:
-    """Tesseract via pytesseract; words with confidence > `min_conf` (0..100)."""
+    """Tesseract via pytesseract; words with confidence > `min_conf` (0..100). Pages whose longest side
+    is under `min_long_side` px are enlarged to it first (None: read as given)."""
 
     name = "tesseract"
 
     def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = 50.0,
-                 cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None):
+                 cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
+                 min_long_side: int | None = OCR_MIN_LONG_SIDE):
         import pytesseract
 
         self.lang, self.psm, self.min_conf = lang, int(psm), float(min_conf)
+        self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
         if shutil.which(cmd) is None:
@@ -139,7 +148,7 @@ class TesseractOCR:
         self.tesseract_cmd = cmd
 
     def settings(self) -> dict:
-        return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf}
+        return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf, "min_long_side": self.min_long_side}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -152,8 +161,12 @@ class TesseractOCR:
         from PIL import Image
 
         pt.pytesseract.tesseract_cmd = self.tesseract_cmd
-        data = pt.image_to_data(Image.fromarray(image), lang=self.lang, config=f"--psm {self.psm}",
-                                output_type=pt.Output.DICT)
+        page = Image.fromarray(image)
+        scale = 1.0
+        if self.min_long_side is not None and max(page.size) < self.min_long_side:
+            scale = self.min_long_side / max(page.size)
+            page = page.resize((round(page.width * scale), round(page.height * scale)), Image.LANCZOS)
+        data = pt.image_to_data(page, lang=self.lang, config=f"--psm {self.psm}", output_type=pt.Output.DICT)
         words, boxes, confs = [], [], []
         for text, conf, x, y, w, h in zip(data["text"], data["conf"], data["left"], data["top"],
                                           data["width"], data["height"]):
@@ -162,8 +175,8 @@ class TesseractOCR:
                 words.append(text)
                 boxes.append([x, y, x + w, y + h])
                 confs.append(float(conf))
-        return OcrWords(words, np.array(boxes, np.float32).reshape(-1, 4), image.shape[:2],
-                        np.array(confs, np.float32))
+        boxes = np.array(boxes, np.float32).reshape(-1, 4) / scale
+        return OcrWords(words, boxes, image.shape[:2], np.array(confs, np.float32))
 
 
 class PdfTextLayer:

@@ -117,10 +117,12 @@ needs_tesseract = pytest.mark.skipif(
 
 
 @needs_tesseract
-def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch):
+@pytest.mark.parametrize("min_long_side", [None, 4000])     # read as given / enlarged first
+def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch, min_long_side):
     pdf = PdfTextLayer(dpi=144)
     image, truth = pdf.read(pdf_path)
-    backend = TesseractOCR(cache=tmp_path / "cache", psm=11)
+    assert max(image.shape) < 4000
+    backend = TesseractOCR(cache=tmp_path / "cache", psm=11, min_long_side=min_long_side)
     words = backend.recognise(image)
     assert words.words == truth.words
     assert words.size == image.shape[:2]
@@ -129,7 +131,7 @@ def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch)
     assert np.abs(words.boxes - truth.boxes).max() < 6
 
     monkeypatch.setattr(TesseractOCR, "_run", lambda *a, **k: pytest.fail("tesseract ran on a cache hit"))
-    cached = TesseractOCR(cache=tmp_path / "cache", psm=11).recognise(image)
+    cached = TesseractOCR(cache=tmp_path / "cache", psm=11, min_long_side=min_long_side).recognise(image)
     assert cached.words == words.words
     np.testing.assert_array_equal(cached.boxes, words.boxes)
     np.testing.assert_array_equal(cached.confidences, words.confidences)
