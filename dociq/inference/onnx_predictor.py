@@ -25,7 +25,7 @@ from dociq.inference import onnx_geometry as geo
 from dociq.inference import onnx_inputs as inputs
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
-from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES, best_guess, snap_masks
+from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, best_guess, check_snap, snap_masks
 
 log = logging.getLogger(__name__)
 ONNX_DIR, ONNX_CONFIG = "onnx", "onnx_config.json"           # dociq.inference.onnx_export writes them
@@ -93,9 +93,7 @@ class OnnxPredictor:
 
     @snap.setter
     def snap(self, value: str | None) -> None:
-        if value not in SNAP_MODES:
-            raise ValueError(f"snap={value!r}: use one of {SNAP_MODES} (None: the decoder's masks as they are)")
-        self._snap = value
+        self._snap = check_snap(value)
 
     @property
     def low_res_size(self) -> tuple[int, int]:

@@ -56,7 +56,7 @@ from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, fol
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
 from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES,  # noqa: F401  (re-exported)
-                                      best_guess, snap_masks)
+                                      best_guess, check_snap, snap_masks)
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,7 @@ class Predictor:
 
     @snap.setter
     def snap(self, value: str | None) -> None:
-        if value not in SNAP_MODES:
-            raise ValueError(f"snap={value!r}: use one of {SNAP_MODES} (None: the decoder's masks as they are)")
-        self._snap = value
+        self._snap = check_snap(value)
 
     @contextmanager
     def snapping(self, mode: str | None):

@@ -22,6 +22,13 @@ DEFAULT_SNAP = "blocks"
 DEFAULT_BEST_GUESS_MARGIN: float | None = 3.0
 
 
+def check_snap(value: str | None) -> str | None:
+    """A `snap=` setting of the Predictor or the ONNX runner, or a ValueError naming the modes."""
+    if value not in SNAP_MODES:
+        raise ValueError(f"snap={value!r}: use one of {SNAP_MODES} (None: the decoder's masks as they are)")
+    return value
+
+
 def best_guess(logits, masks: np.ndarray, margin: float) -> np.ndarray:
     """masks bool [..., H, W] with each empty one replaced by the pixels of its logits [..., H, W]
     (numpy or a CPU tensor) within `margin` of their maximum."""
