@@ -11,7 +11,8 @@ from torchvision.ops import box_iou
 
 from dociq.cli.segment_page import main
 from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, SegmentedRegion, assign_categories,
-                                       grid_points, mask_boxes, mask_iou_matrix, nms, remove_small_regions,
+                                       box_text_share, grid_points, mask_boxes, mask_iou_matrix, nms,
+                                       remove_small_regions,
                                        stability_score, to_coco_results)
 from dociq.data.text_blocks import block_boxes, group_blocks, group_lines, line_points
 from dociq.inference.overlay import draw_overlay
@@ -32,6 +33,16 @@ def test_words_group_into_lines_split_at_the_column_gutter():
     for x, y in points:          # every click lies on a word of the page
         assert ((boxes[:, 0] <= x) & (x <= boxes[:, 2]) & (boxes[:, 1] <= y) & (y <= boxes[:, 3])).any()
     assert line_points(np.zeros((0, 4))).shape == (0, 2)
+
+
+def test_a_contents_line_with_dot_leaders_stays_one_line():
+    # "2.1 Installing . . . . . . 17": 3-px dots 27 px apart on a 16-px line (wider than 1.5x the
+    # words' height, as a contents page sets them); its own column 200 px to the right still splits off
+    words = [[10, 10, 30, 26], [36, 10, 120, 26]] + [[x, 22, x + 3, 25] for x in range(134, 300, 30)]
+    words += [[310, 10, 330, 26], [530, 10, 600, 26]]
+    lines = group_lines(np.array(words, np.float32))
+    assert [len(line) for line in lines] == [len(words) - 1, 1]
+    assert len(block_boxes(np.array(words, np.float32))) == 2
 
 
 def _text_line(x0, y0, x1, height=10, words=3):
@@ -112,6 +123,53 @@ def test_small_holes_fill_and_small_islands_go():
     lone[2:4, 2:4] = True                    # the only island is kept even when small
     out, changed = remove_small_regions(lone, 10)
     assert not changed and (out == lone).all()
+
+
+
+def _remove_small_regions_whole_page(mask, min_area):
+    """SAM's remove_small_regions over the whole page (the reference the box-cropped one must match)."""
+    from scipy import ndimage
+    structure = np.ones((3, 3), dtype=bool)
+    out = mask.copy()
+    holes, count = ndimage.label(~out, structure=structure)
+    sizes = np.bincount(holes.ravel(), minlength=count + 1)
+    small = np.nonzero(sizes < min_area)[0]
+    out |= np.isin(holes, small[small > 0])
+    islands, count = ndimage.label(out, structure=structure)
+    if count > 1:
+        sizes = np.bincount(islands.ravel(), minlength=count + 1)
+        sizes[0] = 0
+        out &= ~np.isin(islands, [k for k in range(1, count + 1) if sizes[k] < min_area and k != sizes.argmax()])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_small_regions_cleaned_in_the_box_as_on_the_whole_page(seed):
+    rng = np.random.default_rng(seed)
+    m = np.zeros((60, 80), bool)
+    for _ in range(4):                       # blobs with holes, bays and islands, some at the page edge
+        y, x = rng.integers(0, 50), rng.integers(0, 70)
+        m[y:y + rng.integers(3, 25), x:x + rng.integers(3, 25)] = True
+    m &= rng.random(m.shape) > 0.08          # pepper: many 1-px holes
+    out, changed = remove_small_regions(m, min_area=12)
+    assert (out == _remove_small_regions_whole_page(m, 12)).all()
+    assert changed == bool((out != m).any())
+
+
+def test_a_bay_open_to_the_outside_is_not_a_hole():
+    m = np.zeros((40, 40), bool)
+    m[5:30, 5:30] = True
+    m[5:7, 10:12] = False                    # a 4-px notch in the top edge: background, not a hole
+    out, _changed = remove_small_regions(m, min_area=10)
+    assert not out[5:7, 10:12].any()
+
+
+def test_box_text_share_counts_the_text_inside_each_box():
+    text = np.zeros((50, 100), bool)
+    text[10:20, 10:60] = True
+    boxes = np.array([[10, 10, 60, 20], [0, 0, 100, 50], [60, 20, 100, 50], [30, 15, 90, 25]], np.float32)
+    np.testing.assert_allclose(box_text_share(boxes, text), [1.0, 500 / 5000, 0.0, 150 / 600])
+    assert box_text_share(np.zeros((0, 4)), text).shape == (0,)
 
 
 # ---- classes and outputs -----------------------------------------------------------------------

@@ -15,13 +15,29 @@ from typing import Sequence
 import numpy as np
 
 
+def short_words(boxes: np.ndarray) -> np.ndarray:
+    """bool [N]: the marks among one line's words — less than a third of the line's vertical extent
+    tall and narrower than half of it: leader dots, commas, hyphens (a lowercase word such as "on"
+    is about half the extent tall, and wider)."""
+    extent = boxes[:, 3].max() - boxes[:, 1].min()
+    return ((boxes[:, 3] - boxes[:, 1]) < extent / 3) & ((boxes[:, 2] - boxes[:, 0]) < extent / 2)
+
+
+def line_height(boxes: np.ndarray) -> float:
+    """The height of a text line: the median height of its words, punctuation (`short_words`) left out."""
+    heights = boxes[:, 3] - boxes[:, 1]
+    tall = heights[~short_words(boxes)]
+    return max(float(np.median(tall if len(tall) else heights)), 1.0)
+
+
 def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5) -> list[list[int]]:
     """Word indices per text line, each line left to right, lines top to bottom.
 
     A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
     of the shorter of the two heights; a line is then split where the horizontal gap between two
     neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
-    cells), which is far wider than a space between words."""
+    cells), which is far wider than a space between words. Punctuation (`short_words`) neither
+    sets the line height nor opens a gap, so a contents line's dot leaders stay one line."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
     spans: list[list[float]] = []      # y0, y1 per line
@@ -43,10 +59,12 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     out = []
     for line in lines:
         line.sort(key=lambda k: boxes[k, 0])
-        height = max(float(np.median(boxes[line, 3] - boxes[line, 1])), 1.0)
+        height = line_height(boxes[line])
+        short = dict(zip(line, short_words(boxes[line])))
         part = [line[0]]
         for prev, k in zip(line, line[1:]):
-            if boxes[k, 0] - boxes[prev, 2] > gap_factor * height:
+            # a gap next to punctuation is a leader's, not a gutter
+            if boxes[k, 0] - boxes[prev, 2] > gap_factor * height and not (short[prev] or short[k]):
                 out.append(part)
                 part = []
             part.append(k)

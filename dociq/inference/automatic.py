@@ -57,6 +57,9 @@ DEFAULT_SEEDS = ("ocr_blocks", "class_boxes")
 # layout class -> the question asked for it: the first plural phrasing the model was trained on
 LAYOUT_QUESTIONS: dict[str, str] = {name: plural[0] for name, (_singular, plural) in LAYOUT_PHRASES.items()}
 UNCLASSIFIED = "region"
+# With word blocks as the text regions, another seed's region is kept only when at most this share
+# of it is text (figures and stamps, even with a few labels inside).
+MAX_TEXT_SHARE = 0.5
 
 
 @dataclass
@@ -116,22 +119,38 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
 def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, bool]:
     """Fill holes and drop islands smaller than `min_area` pixels (8-connected; SAM's
     remove_small_regions, with scipy instead of OpenCV). The largest island stays even when it is
-    small. Returns the mask and whether it changed."""
+    small. Returns the mask and whether it changed.
+
+    Only the mask's box (with a one-pixel margin) is labelled: a hole lies inside it, and the
+    background that reaches the margin continues outside the box, so it is never a hole."""
+    y0, y1, x0, x1 = _extent(mask)
+    if y1 == y0:
+        return mask.copy(), False
+    h, w = mask.shape
+    top, bottom, left, right = y0 > 0, y1 < h, x0 > 0, x1 < w      # sides with a margin
+    y0, y1, x0, x1 = y0 - top, y1 + bottom, x0 - left, x1 + right
+    crop = mask[y0:y1, x0:x1].copy()
     structure = np.ones((3, 3), dtype=bool)
-    out = mask.copy()
-    holes, count = ndimage.label(~out, structure=structure)
+    holes, count = ndimage.label(~crop, structure=structure)
     if count:
         sizes = np.bincount(holes.ravel(), minlength=count + 1)
-        small = np.nonzero(sizes < min_area)[0]
+        margin = np.zeros_like(crop)
+        margin[0, :], margin[-1, :] = top, bottom
+        margin[:, 0] |= left
+        margin[:, -1] |= right
+        small = np.setdiff1d(np.nonzero(sizes < min_area)[0], np.unique(holes[margin]))
         small = small[small > 0]
-        out |= np.isin(holes, small)
-    islands, count = ndimage.label(out, structure=structure)
+        crop |= np.isin(holes, small)
+    islands, count = ndimage.label(crop, structure=structure)
     if count > 1:
         sizes = np.bincount(islands.ravel(), minlength=count + 1)
         sizes[0] = 0
         drop = [k for k in range(1, count + 1) if sizes[k] < min_area and k != int(sizes.argmax())]
-        out &= ~np.isin(islands, drop)
-    return out, bool((out != mask).any())
+        crop &= ~np.isin(islands, drop)
+    out = mask.copy()
+    changed = bool((out[y0:y1, x0:x1] != crop).any())
+    out[y0:y1, x0:x1] = crop
+    return out, changed
 
 
 def instance_parts(mask: np.ndarray, min_area: int = 1) -> np.ndarray:
@@ -147,8 +166,32 @@ def instance_parts(mask: np.ndarray, min_area: int = 1) -> np.ndarray:
 
 def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
     """float [P, 4] pixel boxes x0, y0, x1, y1 (exclusive) of every connected part of every answer."""
-    boxes = [mask_boxes(torch.from_numpy(instance_parts(a, min_area))) for a in answers]
-    return torch.cat(boxes).numpy() if boxes else np.zeros((0, 4), np.float32)
+    out = []
+    for answer in answers:
+        labels, count = ndimage.label(answer, structure=np.ones((3, 3), dtype=bool))
+        areas = np.bincount(labels.ravel(), minlength=count + 1)
+        for k, (rows, cols) in enumerate(ndimage.find_objects(labels), start=1):
+            if areas[k] >= min_area:
+                out.append((cols.start, rows.start, cols.stop, rows.stop))
+    return np.asarray(out, dtype=np.float32).reshape(-1, 4)
+
+
+def box_text_share(boxes: np.ndarray, text: np.ndarray) -> np.ndarray:
+    """float [K]: the share of each pixel box x0, y0, x1, y1 (exclusive) covered by `text`, bool
+    [H, W] (a summed-area table: one pass over the page for any number of boxes)."""
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if len(boxes) == 0:
+        return np.zeros(0, np.float64)
+    h, w = text.shape
+    table = np.zeros((h + 1, w + 1), np.int64)
+    table[1:, 1:] = text.cumsum(0, dtype=np.int64).cumsum(1)
+    x0 = np.clip(np.floor(boxes[:, 0]), 0, w).astype(np.int64)
+    y0 = np.clip(np.floor(boxes[:, 1]), 0, h).astype(np.int64)
+    x1 = np.clip(np.ceil(boxes[:, 2]), 0, w).astype(np.int64)
+    y1 = np.clip(np.ceil(boxes[:, 3]), 0, h).astype(np.int64)
+    inside = table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]
+    area = np.maximum((x1 - x0) * (y1 - y0), 1)
+    return inside / area
 
 
 def _extent(mask: np.ndarray) -> tuple[int, int, int, int]:
@@ -231,7 +274,7 @@ def classes_from_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarra
 @dataclass
 class _Candidates:
     """Candidates that passed the filters, masks as RLE until NMS has chosen (SAM's MaskData)."""
-    rles: list[dict] = field(default_factory=list)
+    rles: list[dict | None] = field(default_factory=list)     # None: the mask is its box (a word block)
     boxes: list[torch.Tensor] = field(default_factory=list)
     scores: list[torch.Tensor] = field(default_factory=list)
     stability: list[torch.Tensor] = field(default_factory=list)
@@ -240,6 +283,15 @@ class _Candidates:
 
     def subset(self, keep: Sequence[int]) -> "_Candidates":
         return _Candidates(*([getattr(self, f.name)[i] for i in keep] for f in fields(self)))
+
+    def mask(self, i: int, size: tuple[int, int]) -> np.ndarray:
+        """bool [H, W] of candidate i."""
+        if self.rles[i] is not None:
+            return decode_rle(self.rles[i])
+        x0, y0, x1, y1 = (int(v) for v in self.boxes[i].tolist())
+        mask = np.zeros(size, dtype=bool)
+        mask[y0:y1, x0:x1] = True
+        return mask
 
 
 class PageSegmenter:
@@ -358,7 +410,10 @@ class PageSegmenter:
             else:
                 text = self._add_word_blocks(found, blocks, page.original_size)
         if "class_boxes" in self.seeds:
-            self._add_boxes(found, part_boxes(answers.values(), self.min_region_area), "class_boxes")
+            boxes = part_boxes(answers.values(), self.min_region_area)
+            if text is not None:   # a box prompt's mask lies in its box: skip boxes the word blocks hold
+                boxes = boxes[box_text_share(boxes, text) <= MAX_TEXT_SHARE]
+            self._add_boxes(found, boxes, "class_boxes")
         if text is not None:
             found = self._without_text(found, text)
         regions = self._deduplicate(found)
@@ -384,7 +439,7 @@ class PageSegmenter:
                             [seed] * len(batch))
 
     @staticmethod
-    def _without_text(found: _Candidates, text: np.ndarray, max_text_share: float = 0.5) -> _Candidates:
+    def _without_text(found: _Candidates, text: np.ndarray, max_text_share: float = MAX_TEXT_SHARE) -> _Candidates:
         """Text is segmented by the word blocks (`text`, bool [H, W]): the other seeds' candidates
         keep only regions mostly outside them (figures and stamps, even with a few labels inside)."""
         keep = []
@@ -406,10 +461,8 @@ class PageSegmenter:
         for box in blocks:
             x0, y0 = int(np.floor(box[0])), int(np.floor(box[1]))
             x1, y1 = max(int(np.ceil(box[2])), x0 + 1), max(int(np.ceil(box[3])), y0 + 1)
-            mask = np.zeros((h, w), dtype=bool)
-            mask[y0:y1, x0:x1] = True
-            text |= mask
-            found.rles.append(encode_rle(mask))
+            text[y0:y1, x0:x1] = True
+            found.rles.append(None)
             found.boxes.append(torch.tensor([x0, y0, min(x1, w), min(y1, h)], dtype=torch.float32))
             found.scores.append(torch.tensor(1.0))
             found.stability.append(torch.tensor(1.0))
@@ -459,11 +512,14 @@ class PageSegmenter:
             return []
         boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
         kept = nms(boxes, scores, self.box_nms_thresh).tolist()
-        masks = {i: decode_rle(found.rles[i]) for i in kept}
+        size = self.predictor.page.original_size
+        masks = {i: found.mask(i, size) for i in kept}
         if self.remove_small_regions and self.min_region_area > 1:
             # SAM's postprocess_small_regions: clean the survivors, then NMS again on the new boxes
             changed = False
             for i in kept:
+                if found.seeds[i] == "ocr_blocks" and self.block_masks == "words":
+                    continue        # a word block's mask is its rectangle: no holes, no islands
                 masks[i], c = remove_small_regions(masks[i], self.min_region_area)
                 if c:
                     boxes[i] = mask_boxes(torch.from_numpy(masks[i])[None])[0]
