@@ -73,6 +73,23 @@ def test_the_page_is_embedded_once_for_many_prompts(counted, page):
     assert len(calls) == 2
 
 
+def test_the_page_words_are_grouped_into_blocks_once_for_many_prompts(predictor, page, monkeypatch):
+    import dociq.inference.predictor as module
+    calls = []
+    group_blocks = module.group_blocks
+    monkeypatch.setattr(module, "group_blocks", lambda *a, **k: calls.append(1) or group_blocks(*a, **k))
+    assert predictor.snap == "blocks"
+    predictor.set_image(page, words=WORDS, word_boxes=WORD_BOXES)
+    first, _ = predictor.predict(question="the title", threshold=-0.5)
+    predictor.predict(points=[[30, 12]])
+    again, _ = predictor.predict(question="the title", threshold=-0.5)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(again, first)
+    predictor.set_image(page, words=WORDS[:1], word_boxes=WORD_BOXES[:1])    # a new page: grouped again
+    predictor.predict(question="the title")
+    assert len(calls) == 2
+
+
 def test_the_one_call_form_leaves_its_page_set(predictor, page):
     predictor.reset_image()
     with_image, s1 = predictor.predict(page, question="the title", words=WORDS, word_boxes=WORD_BOXES)

@@ -40,21 +40,18 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     sets the line height nor opens a gap, so a contents line's dot leaders stay one line."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
-    spans: list[list[float]] = []      # y0, y1 per line
+    spans = np.zeros((len(boxes), 2))  # y0, y1 of each line so far
     lines: list[list[int]] = []
     for i in order:
         y0, y1 = boxes[i, 1], boxes[i, 3]
-        best, best_overlap = -1, 0.0
-        for j, (ly0, ly1) in enumerate(spans):
-            overlap = min(y1, ly1) - max(y0, ly0)
-            shorter = max(min(y1 - y0, ly1 - ly0), 1.0)
-            if overlap / shorter >= min_overlap and overlap / shorter > best_overlap:
-                best, best_overlap = j, overlap / shorter
-        if best < 0:
-            spans.append([y0, y1])
+        top, bottom = spans[:len(lines), 0], spans[:len(lines), 1]
+        share = (np.minimum(y1, bottom) - np.maximum(y0, top)) / np.maximum(np.minimum(y1 - y0, bottom - top), 1.0)
+        best = int(share.argmax()) if len(lines) else -1     # the first line of the largest overlap
+        if best < 0 or not (share[best] >= min_overlap and share[best] > 0):
+            spans[len(lines)] = y0, y1
             lines.append([int(i)])
         else:
-            spans[best] = [min(spans[best][0], y0), max(spans[best][1], y1)]
+            spans[best] = min(spans[best, 0], y0), max(spans[best, 1], y1)
             lines[best].append(int(i))
     out = []
     for line in lines:
@@ -100,26 +97,26 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     over body text), and they share at least `min_x_overlap` of the narrower width (same column).
     A line whose first word is a bullet or an enumerator ("•", "3.", "b)") starts a new block."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    lines = group_lines(boxes)
     blocks: list[list[int]] = []
-    last: list[np.ndarray] = []            # x0, y0, x1, y1 of each block's last line
-    for line in group_lines(boxes):
+    last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
+    for line in lines:
         b = boxes[line]
         span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
         opener = words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))
-        best = -1
-        for k, prev in enumerate(last):
-            h0, h1 = prev[3] - prev[1], span[3] - span[1]
-            gap = span[1] - prev[3]
-            overlap = min(prev[2], span[2]) - max(prev[0], span[0])
-            narrower = max(min(prev[2] - prev[0], span[2] - span[0]), 1.0)
-            if (not opener and -0.5 * min(h0, h1) <= gap <= max_gap * max(h0, h1)
-                    and max(h0, h1) <= max_height_ratio * max(min(h0, h1), 1.0) and overlap >= min_x_overlap * narrower):
-                if best < 0 or prev[3] > last[best][3]:
-                    best = k
-        if best < 0:
+        prev = last[:len(blocks)]
+        h0, h1 = prev[:, 3] - prev[:, 1], span[3] - span[1]
+        gap = span[1] - prev[:, 3]
+        overlap = np.minimum(prev[:, 2], span[2]) - np.maximum(prev[:, 0], span[0])
+        narrower = np.maximum(np.minimum(prev[:, 2] - prev[:, 0], span[2] - span[0]), 1.0)
+        joins = ((-0.5 * np.minimum(h0, h1) <= gap) & (gap <= max_gap * np.maximum(h0, h1))
+                 & (np.maximum(h0, h1) <= max_height_ratio * np.maximum(np.minimum(h0, h1), 1.0))
+                 & (overlap >= min_x_overlap * narrower))
+        if opener or not joins.any():
+            last[len(blocks)] = span
             blocks.append(list(line))
-            last.append(span)
         else:
+            best = int(np.where(joins, prev[:, 3], -np.inf).argmax())   # the lowest, the first of equals
             blocks[best].extend(line)
             last[best] = span
     blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))

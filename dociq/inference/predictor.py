@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from dociq.data.collate import DocumentCollator, lexical_match, resize_longest_side
 from dociq.data.ocr import OcrWords
 from dociq.data.schema import Page
+from dociq.data.text_blocks import group_blocks
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
@@ -334,7 +335,13 @@ class Predictor:
         return out, scores.cpu().numpy(), low_res.cpu().numpy()
 
     def _snap_masks(self, masks: np.ndarray, prompts: Prompts, word_boxes: np.ndarray) -> np.ndarray:
-        return snap_masks(masks, prompts, self.page.words, word_boxes, self.snap)
+        page = self.page
+        blocks = None
+        if self.snap == "blocks" and len(word_boxes):
+            if page.text_blocks is None:     # grouped once per page, not once per prompt
+                page.text_blocks = group_blocks(word_boxes, page.words)
+            blocks = page.text_blocks
+        return snap_masks(masks, prompts, page.words, word_boxes, self.snap, blocks=blocks)
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]
@@ -358,6 +365,7 @@ class PageState:
     scale: float                     # original page pixels -> model input pixels
     original_size: tuple[int, int]   # (H, W) of the page
     input_size: tuple[int, int]      # (h, w) of the page inside the model's square input
+    text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
 
 
 def check_device(device: str | torch.device) -> torch.device:

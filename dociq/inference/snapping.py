@@ -43,12 +43,14 @@ def best_guess(logits, masks: np.ndarray, margin: float) -> np.ndarray:
 
 
 def snap_masks(masks: np.ndarray, prompts: Prompts, words: Sequence[str], word_boxes: np.ndarray,
-               mode: str) -> np.ndarray:
+               mode: str, blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
     "blocks") to the page's `word_boxes` (none when the model does not read the words: a box
-    prompt's mask is still kept inside its box)."""
+    prompt's mask is still kept inside its box). blocks: `group_blocks(word_boxes, words)` when
+    the caller keeps it for the page (grouped here otherwise)."""
     words = words if len(word_boxes) else None
-    blocks = group_blocks(word_boxes, words) if mode == "blocks" else None   # once for all masks
+    if mode == "blocks" and blocks is None:
+        blocks = group_blocks(word_boxes, words)    # once for all masks
     out = np.empty_like(masks)
     for q in range(masks.shape[0]):
         if mode == "words":
