@@ -163,9 +163,11 @@ class Predictor:
             batch = remove_ocr_words(batch)
         batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         h, w = page_image.shape[:2]
+        embedding = self.model.embed_page(batch)
+        self.model.keep_page_layout(embedding)       # the grounding's page-only maps, once for all prompts
         self._page = PageState(image=page_image, words=page_words,
                                word_boxes=page_boxes, ocr_word_index=batch["ocr_word_index"].cpu(),
-                               embedding=self.model.embed_page(batch), scale=float(batch["meta"][0]["scale"]),
+                               embedding=embedding, scale=float(batch["meta"][0]["scale"]),
                                original_size=(h, w), input_size=resize_longest_side((h, w), self.image_size))
 
     def reset_image(self) -> None:

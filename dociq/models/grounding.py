@@ -39,7 +39,9 @@ Prompts with neither a question nor a tagged word get zero maps: the decoder the
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -88,6 +90,32 @@ def box_coverage(boxes: Tensor, height: int, width: int) -> Tensor:
     return (oy[..., :, None] * ox[..., None, :]).flatten(-2)
 
 
+@torch.no_grad()   # geometry of the inputs: no parameters inside
+def sparse_box_coverage(boxes: Tensor, height: int, width: int, keep: Tensor | None = None) -> Tensor:
+    """`box_coverage` as one sparse CSR matrix [B*h*w, B*T] (block-diagonal over the pages; the
+    boxes of tokens where `keep` [B, T] is False left out): a word covers a few cells of the grid,
+    so painting with it costs what the covered cells do, not h*w*T."""
+    b, t, _ = boxes.shape
+    f = boxes.float().reshape(-1, 4) / LAYOUT_SCALE
+    x0, x1, y0, y1 = f[:, 0] * width, f[:, 2] * width, f[:, 1] * height, f[:, 3] * height
+    c0, r0 = x0.floor().clamp(0, width).long(), y0.floor().clamp(0, height).long()
+    nx = (x1.ceil().clamp(0, width).long() - c0).clamp(min=0)
+    ny = (y1.ceil().clamp(0, height).long() - r0).clamp(min=0)
+    if keep is not None:
+        nx = nx * keep.reshape(-1).long()
+    sizes = nx * ny
+    token = torch.repeat_interleave(torch.arange(b * t, device=boxes.device), sizes)
+    local = torch.arange(token.numel(), device=boxes.device) - (torch.cumsum(sizes, 0) - sizes)[token]
+    col, row = c0[token] + local % nx[token], r0[token] + local // nx[token]
+    value = ((torch.minimum(x1[token], col + 1) - torch.maximum(x0[token], col)).clamp(min=0)
+             * (torch.minimum(y1[token], row + 1) - torch.maximum(y0[token], row)).clamp(min=0))
+    cell = (token // t) * (height * width) + row * width + col
+    coverage = torch.sparse_coo_tensor(torch.stack([cell, token]), value, (b * height * width, b * t)).coalesce()
+    with warnings.catch_warnings():     # torch calls CSR "beta" once per process; CSR @ dense is all we use
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        return coverage.to_sparse_csr()
+
+
 def first_subtokens(word_index: Tensor) -> Tensor:
     """bool [B, T]: the first WordPiece token of each OCR word (one row per word is rasterised)."""
     previous = F.pad(word_index[:, :-1], (1, 0), value=-1)
@@ -95,13 +123,20 @@ def first_subtokens(word_index: Tensor) -> Tensor:
 
 
 def rasterise(features: Tensor, coverage: Tensor, grid: tuple[int, int]) -> Tensor:
-    """Per-prompt token features [B*Q, T, C] painted with per-page coverage [B, T, h*w] ->
-    [B*Q, C, h, w]: each cell gets the coverage-weighted sum of the tokens over it."""
+    """Per-prompt token features [B*Q, T, C] painted with per-page coverage [B, T, h*w] (or its
+    `sparse_box_coverage`) -> [B*Q, C, h, w]: each cell gets the coverage-weighted sum of the
+    tokens over it."""
     n, t, c = features.shape
-    b = coverage.shape[0]
-    q = n // b
-    per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b, t, q * c)
-    painted = coverage.transpose(1, 2) @ per_page                       # [B, h*w, Q*C]
+    if coverage.layout == torch.sparse_csr:                            # `sparse_box_coverage`
+        b = coverage.shape[1] // t
+        q = n // b
+        per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b * t, q * c)
+        painted = (coverage @ per_page).view(b, -1, q * c)              # [B, h*w, Q*C]
+    else:
+        b = coverage.shape[0]
+        q = n // b
+        per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b, t, q * c)
+        painted = coverage.transpose(1, 2) @ per_page                   # [B, h*w, Q*C]
     return painted.view(b, -1, q, c).permute(0, 2, 3, 1).reshape(n, c, *grid)
 
 
@@ -299,9 +334,26 @@ class Grounding:
     relevance: Tensor          # [N, T] logit: this token's word lies in the answer
     dense: Tensor              # [N, C, h, w] stride-16 map (zero for prompts without a question)
     high_res: Tensor           # [N, C/8, 4h, 4w] stride-4 map (likewise)
-    coverage_high_res: Tensor  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens only)
+    coverage_high_res: Tensor | None  # [B, T, 4h*4w] per-page coverage at stride 4 (first sub-tokens
+                                      # only); None with a sparse `PageLayout`
     words: Tensor              # bool [B, T] the rasterised tokens (first sub-token of each word)
     active: Tensor             # bool [N] prompts with a question or tagged words (maps not zero)
+
+
+@dataclass
+class PageLayout:
+    """What the grounding paints its maps with, from the page's tokens alone (no prompt, no
+    parameter): computed once per page by `WordGrounding.page_layout`. Coverage is dense [B, T,
+    cells] (training: the word loss reads it) or `sparse_box_coverage` (a Predictor's page)."""
+    words: Tensor                       # bool [B, T] the rasterised tokens (first sub-token of each word)
+    coverage: Tensor                    # the words' stride-16 coverage
+    coverage_high_res: Tensor           # the words' stride-4 coverage
+    block_coverage: Tensor | None = None            # the text blocks' boxes (`block_extents`), stride 16
+    block_coverage_high_res: Tensor | None = None   # and stride 4
+
+    @property
+    def sparse(self) -> bool:
+        return self.coverage.layout == torch.sparse_csr
 
 
 class WordGrounding(nn.Module):
@@ -362,7 +414,7 @@ class WordGrounding(nn.Module):
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,
                 grid: tuple[int, int], clicked: Tensor | None = None,
                 block_index: Tensor | None = None, boxed: Tensor | None = None,
-                geometry: dict[str, Tensor] | None = None) -> Grounding:
+                geometry: dict[str, Tensor] | None = None, layout: PageLayout | None = None) -> Grounding:
         """text_tokens [B,T,Dt] (fusion text stream), boxes long [B,T,4], token_mask bool [B,T]
         (real tokens), word_index long [B,T]; per prompt (N = B*Q, image-major): question_tokens
         [N, 1+L, dim] (pooled, then one per CLIP position), match uint8 [N,J,T], word_pos long
@@ -371,7 +423,8 @@ class WordGrounding(nn.Module):
         decoder's image embedding. block_index long [B,T] (`ocr_block_index`; with text_blocks).
         boxed float [N, 1, T] (`boxed_words`; only with box_words). geometry: what
         `prompt_geometry` computes from these inputs alone (no parameters), given precomputed
-        (an exported graph gets it from the ONNX runner, which computes it in numpy)."""
+        (an exported graph gets it from the ONNX runner, which computes it in numpy). layout: the
+        page's `page_layout`, when the caller keeps it for many prompts (computed here otherwise)."""
         b, t, _ = text_tokens.shape
         n = question_tokens.shape[0]
         if n % b:
@@ -407,26 +460,40 @@ class WordGrounding(nn.Module):
         x = self.norm_out(x)
         relevance = self.relevance_head(x)                                           # [N, T, 1]
         feats = torch.cat([x, relevance], dim=-1)
-        words = first_subtokens(word_index) & token_mask.bool()
+        if layout is None:
+            layout = self.page_layout(boxes, token_mask, word_index, grid, blocks, geometry.get("block_boxes"))
         h, w = grid
-        cov4 = box_coverage(boxes, 4 * h, 4 * w) * words[..., None]
-        dense = rasterise(self.to_dense(feats), box_coverage(boxes, h, w) * words[..., None], (h, w))
-        high_res = rasterise(self.to_high_res(feats), cov4, (4 * h, 4 * w))
+        dense = rasterise(self.to_dense(feats), layout.coverage, (h, w))
+        high_res = rasterise(self.to_high_res(feats), layout.coverage_high_res, (4 * h, 4 * w))
         if blocks is not None:
-            block_dense, block_high_res = self._paint_blocks(feats, geometry["block_boxes"], blocks, grid)
-            dense, high_res = dense + block_dense, high_res + block_high_res
+            means, _ = block_means(feats, blocks, geometry["block_boxes"].shape[1])     # [N, S, C+1]
+            dense = dense + rasterise(self.block_to_dense(means), layout.block_coverage, (h, w))
+            high_res = high_res + rasterise(self.block_to_high_res(means), layout.block_coverage_high_res,
+                                            (4 * h, 4 * w))
         gate = active.to(x.dtype)[:, None, None, None]
-        return Grounding(relevance[..., 0], dense * gate, high_res * gate, cov4, words, active)
+        return Grounding(relevance[..., 0], dense * gate, high_res * gate,
+                         None if layout.sparse else layout.coverage_high_res, layout.words, active)
 
-    def _paint_blocks(self, feats: Tensor, extents: Tensor, block_index: Tensor,
-                      grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        """Each text block's mean feature painted over the block's whole box (`extents` [B, S, 4],
-        `block_extents`) -> (dense [N, C, h, w], high_res [N, C/8, 4h, 4w])."""
+    def page_layout(self, boxes: Tensor, token_mask: Tensor, word_index: Tensor, grid: tuple[int, int],
+                    block_index: Tensor | None = None, extents: Tensor | None = None,
+                    sparse: bool = False) -> PageLayout:
+        """The page's `PageLayout` on the decoder's stride-16 `grid` (h, w) and its stride-4 grid:
+        the coverage of each word's box (first sub-tokens of real tokens), and with text blocks of
+        each block's box (`extents` [B, S, 4], `block_extents`, computed when not given).
+        sparse: `sparse_box_coverage` (for inference: a Predictor keeps it per page)."""
         h, w = grid
-        means, _ = block_means(feats, block_index, extents.shape[1])                 # [N, S, C+1]
-        dense = rasterise(self.block_to_dense(means), box_coverage(extents, h, w), (h, w))
-        high_res = rasterise(self.block_to_high_res(means), box_coverage(extents, 4 * h, 4 * w), (4 * h, 4 * w))
-        return dense, high_res
+        words = first_subtokens(word_index) & token_mask.bool()
+        def cover(gh: int, gw: int) -> Tensor:
+            if sparse:
+                return sparse_box_coverage(boxes, gh, gw, keep=words)
+            return box_coverage(boxes, gh, gw) * words[..., None]
+        layout = PageLayout(words, cover(h, w), cover(4 * h, 4 * w))
+        if self.text_blocks and block_index is not None:
+            if extents is None:
+                extents = block_extents(boxes, block_index)
+            paint = partial(sparse_box_coverage if sparse else box_coverage, extents)
+            layout.block_coverage, layout.block_coverage_high_res = paint(h, w), paint(4 * h, 4 * w)
+        return layout
 
     def _click_features(self, clicked: Tensor, geometry: dict[str, Tensor],
                         block_index: Tensor | None = None) -> Tensor:

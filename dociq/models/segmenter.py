@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from dociq.data.schema import REGION_CLASSES
 from dociq.models.common import LayerNorm2d
 from dociq.models.document_model import DocumentModel
-from dociq.models.grounding import (BoxMaps, ClickMaps, Grounding, WordGrounding, box_prompts, boxed_words,
+from dociq.models.grounding import (BoxMaps, ClickMaps, Grounding, PageLayout, WordGrounding, box_prompts, boxed_words,
                                     clicked_words)
 from dociq.models.prompt_encoder import NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
@@ -168,7 +168,14 @@ class SegmentationModel(DocumentModel):
             word_pos = torch.where(has_question[:, None], word_pos, torch.full_like(word_pos, -1))
         return self.grounding(page.text, page.boxes, page.token_mask, page.word_index, question_tokens,
                               match, word_pos, has_question, tuple(page.image.shape[-2:]), clicked,
-                              page.block_index, boxed)
+                              page.block_index, boxed, layout=page.layout)
+
+    def keep_page_layout(self, page: "PageEmbedding") -> None:
+        """Compute the grounding's page-only coverage maps once, sparse, for the many prompts of an
+        embedded page (`Predictor.set_image`); the training step recomputes them densely."""
+        if self.grounding is not None:
+            page.layout = self.grounding.page_layout(page.boxes, page.token_mask, page.word_index,
+                                                     tuple(page.image.shape[-2:]), page.block_index, sparse=True)
 
     def encode_questions(self, question_ids: Tensor) -> Tensor:
         """long [N, L] (all-zero rows: no question) -> sparse tokens [N, S_q, C]. Computed once per
@@ -227,6 +234,7 @@ class PageEmbedding:
     token_mask: Tensor         # bool [B, T] real tokens
     word_index: Tensor         # long [B, T] page word of each token, -1 special/pad
     block_index: Tensor | None = None   # long [B, T] text block of each token, -1 none (`ocr_block_index`)
+    layout: PageLayout | None = None    # the grounding's page-only coverage maps, when kept for many prompts
 
 
 def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:

@@ -75,23 +75,29 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     boxes = _pixel_boxes(boxes, mask.shape)
     boxes = boxes[(boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])]
     members = _share_inside(mask, boxes) >= WORD_INSIDE
-    labels, count = ndimage.label(mask, structure=_EIGHT_NEIGHBOURS)
     if not members.any():
         return mask.copy()
+    # The mask's parts are labelled inside its bounding box (every pixel of it, far fewer than the
+    # page's); word boxes are moved to that frame and clipped to it.
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    r0, c0 = rows[0], cols[0]
+    labels, count = ndimage.label(mask[r0:rows[-1] + 1, c0:cols[-1] + 1], structure=_EIGHT_NEIGHBOURS)
+    local = (boxes[members] - np.array([c0, r0, c0, r0])).clip(min=0)
     # The part a word belongs to: the most common label over its box.
     part_of = np.array([np.bincount(labels[b[1]:b[3], b[0]:b[2]].ravel(), minlength=count + 1)[1:].argmax() + 1
-                        for b in boxes[members]])
+                        for b in local])
     out = mask.copy()
-    sizes = ndimage.sum_labels(mask, labels, index=np.arange(1, count + 1))
+    inside = out[r0:rows[-1] + 1, c0:cols[-1] + 1]          # a view: cleared parts clear `out`
+    sizes = np.bincount(labels.ravel(), minlength=count + 1)[1:]
     for part in np.unique(part_of):
         words = boxes[members][part_of == part]
         bx0, by0 = words[:, 0].min(), words[:, 1].min()
         bx1, by1 = words[:, 2].max(), words[:, 3].max()
         region = labels == part
-        held = region[by0:by1, bx0:bx1].sum()
+        held = region[max(by0 - r0, 0):max(by1 - r0, 0), max(bx0 - c0, 0):max(bx1 - c0, 0)].sum()
         if held < TEXT_SHARE * sizes[part - 1]:
             continue
-        out[region] = False
+        inside[region] = False
         out[by0:by1, bx0:bx1] = True
     return out
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from dociq.data.lexical import CASEFOLD, EXACT
-from dociq.models.grounding import WordGrounding, box_coverage, first_subtokens, rasterise
+from dociq.models.grounding import (WordGrounding, block_extents, box_coverage, first_subtokens, rasterise,
+                                    sparse_box_coverage)
 from dociq.training.tasks.segment import word_relevance_loss
 
 
@@ -37,6 +38,40 @@ def test_rasterise_equals_a_per_cell_sum():
         page = n // q
         naive = torch.einsum("tc,ts->cs", feats[n], cov[page]).view(c, h, w)
         torch.testing.assert_close(out[n], naive)
+
+
+@pytest.mark.parametrize("side", [4, 16, 64])
+def test_sparse_coverage_equals_the_dense_one_page_by_page(side):
+    torch.manual_seed(side)
+    lo = torch.randint(0, 990, (3, 40, 2))
+    boxes = torch.cat([lo, lo + torch.randint(0, 300, (3, 40, 2))], -1).clamp(max=1000)  # some empty, some at the edge
+    boxes[0, 0] = torch.tensor([0, 0, 1000, 1000])
+    keep = torch.rand(3, 40) > 0.3
+    sparse = sparse_box_coverage(boxes, side, side, keep=keep).to_dense()              # [B*h*w, B*T]
+    dense = box_coverage(boxes, side, side) * keep[..., None]                          # [B, T, h*w]
+    expect = torch.block_diag(*[dense[i].T for i in range(3)])
+    torch.testing.assert_close(sparse, expect)
+    feats = torch.randn(3 * 2, 40, 5)
+    torch.testing.assert_close(rasterise(feats, sparse_box_coverage(boxes, side, side, keep=keep), (side, side)),
+                               rasterise(feats, dense, (side, side)))
+
+
+def test_a_kept_sparse_page_layout_grounds_as_the_dense_one():
+    torch.manual_seed(0)
+    boxes, word_index, block_index = _two_block_page()
+    text, mask = torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool)
+    question = torch.randn(2, 9, 32)
+    match, word_pos = torch.zeros(2, 1, 6, dtype=torch.uint8), torch.zeros(2, 1, dtype=torch.long)
+    match[0, 0, 1] = match[1, 0, 4] = EXACT
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True)
+    args = (text, boxes, mask, word_index, question, match, word_pos, torch.ones(2, dtype=torch.bool), (4, 4))
+    dense = g(*args, block_index=block_index)
+    layout = g.page_layout(boxes, mask, word_index, (4, 4), block_index, block_extents(boxes, block_index), sparse=True)
+    kept = g(*args, block_index=block_index, layout=layout)
+    torch.testing.assert_close(kept.dense, dense.dense)
+    torch.testing.assert_close(kept.high_res, dense.high_res)
+    torch.testing.assert_close(kept.relevance, dense.relevance)
+    assert dense.high_res.abs().sum() > 0 and kept.coverage_high_res is None
 
 
 def test_first_subtokens_pick_one_row_per_word():
