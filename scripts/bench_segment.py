@@ -5,9 +5,10 @@
    page, for the torch Predictor (and the ONNX runner with --onnx-dir). Target: the second question
    costs <= 10 % of set_image + first question.
 2. Whole documents: `DocumentSegmenter` with `dociq segment`'s defaults (regions, no questions, 144
-   dpi, ocr=auto) on the first --pages pages of a real PDF, s/page and pages/s, against the
-   off-the-shelf layout detector (dociq.evaluation.layout_detector, PP-PicoDet on onnxruntime) on the
-   same rendered pages, alternating page by page. Targets: dociq <= 5x the detector, <= 1 s/page.
+   dpi, ocr=auto) on the first --pages pages of a real PDF, s/page and pages/s, on torch and (with
+   --onnx-dir) on the ONNX runner, against the off-the-shelf layout detector
+   (dociq.evaluation.layout_detector, PP-PicoDet on onnxruntime) on the same rendered pages, one
+   after the other on each page. Targets: dociq <= 5x the detector, <= 1 s/page.
 
 Prints markdown tables, the machine load before and after, torch version and threads.
 
@@ -89,21 +90,26 @@ def pick_pdf(folder: str, min_pages: int) -> tuple[Path, int]:
     raise SystemExit(f"no PDF with >= {min_pages} pages under {folder}: give one with --pdf")
 
 
-def documents(segmenter: DocumentSegmenter, detector: LayoutDetector, pdf: Path, pages: int) -> dict:
-    """Seconds per page of segment_page (render + words + regions), of read_page alone (render +
-    words) and of the detector on the rendered page, alternating per page after one warm-up page."""
-    segmenter.segment_page(pdf, 1)
-    detector(segmenter.read_page(pdf, 1).image)
-    out = {"dociq": [], "read": [], "detector": [], "regions": [], "boxes": []}
+def documents(segmenters: dict[str, DocumentSegmenter], detector: LayoutDetector, pdf: Path, pages: int) -> dict:
+    """Seconds per page of each backend's segment_page (render + words + regions), of read_page
+    alone (render + words) and of the detector on the rendered page, one after the other on each
+    page, after one warm-up page."""
+    first = next(iter(segmenters.values()))
+    for segmenter in segmenters.values():
+        segmenter.segment_page(pdf, 1)
+    detector(first.read_page(pdf, 1).image)
+    out = {**{name: [] for name in segmenters}, "read": [], "detector": [], "boxes": [],
+           **{f"{name} regions": [] for name in segmenters}}
     for n in range(1, pages + 1):
-        start = time.perf_counter()
-        result = segmenter.segment_page(pdf, n)
-        out["dociq"].append(time.perf_counter() - start)
-        out["read"].append(ms(lambda: segmenter.read_page(pdf, n)) / 1000)
+        for name, segmenter in segmenters.items():
+            start = time.perf_counter()
+            result = segmenter.segment_page(pdf, n)
+            out[name].append(time.perf_counter() - start)
+            out[f"{name} regions"].append(len(result.regions))
+        out["read"].append(ms(lambda: first.read_page(pdf, n)) / 1000)
         start = time.perf_counter()
         boxes, _, _ = detector(result.image)
         out["detector"].append(time.perf_counter() - start)
-        out["regions"].append(len(result.regions))
         out["boxes"].append(len(boxes))
     return out
 
@@ -156,27 +162,31 @@ def main() -> None:
 
     pdf, count = (args.pdf, page_count(args.pdf)) if args.pdf else pick_pdf(PDF_DIR, args.pages)
     pages = min(args.pages, count)
-    segmenter = DocumentSegmenter(predictor)          # `dociq segment`'s defaults
+    segmenters = {name: DocumentSegmenter(p) for name, p in backends}     # `dociq segment`'s defaults
     detector = LayoutDetector(threads=args.threads)
-    r = documents(segmenter, detector, pdf, pages)
-    d, det, read = sum(r["dociq"]) / pages, sum(r["detector"]) / pages, sum(r["read"]) / pages
+    r = documents(segmenters, detector, pdf, pages)
+    det, read = sum(r["detector"]) / pages, sum(r["read"]) / pages
+    regions = ", ".join(f"{np.mean(r[f'{name} regions']):.1f} (dociq, {name})" for name in segmenters)
     print(f"\n2. {pdf} ({count} pages; pages 1-{pages}, 144 dpi, after a warm-up on page 1); regions per page "
-          f"{np.mean(r['regions']):.1f} (dociq), {np.mean(r['boxes']):.1f} (detector)\n")
-    print("| what | s/page (mean) | s/page (median) | pages/s |")
-    print("|---|---|---|---|")
-    for label, key in (("dociq segment_page (render + words + regions)", "dociq"),
-                       ("of which: render + words (read_page)", "read"),
-                       ("layout detector (PP-PicoDet, ONNX), rendered page", "detector")):
+          f"{regions}, {np.mean(r['boxes']):.1f} (detector)\n")
+    print("| what | s/page (mean) | s/page (median) | pages/s | / detector |")
+    print("|---|---|---|---|---|")
+    rows = [(f"dociq segment_page, {name} (render + words + regions)", name) for name in segmenters]
+    rows += [("of which: render + words (read_page)", "read"),
+             ("layout detector (PP-PicoDet, ONNX), rendered page", "detector")]
+    for label, key in rows:
         mean = sum(r[key]) / pages
-        print(f"| {label} | {mean:.3f} | {statistics.median(r[key]):.3f} | {1 / mean:.2f} |")
-    print(f"\ndociq / detector: {d / det:.1f}x (target <= 5x); dociq without render + words / detector: "
-          f"{(d - read) / det:.1f}x; dociq {d:.2f} s/page (target <= 1 s/page)")
+        print(f"| {label} | {mean:.3f} | {statistics.median(r[key]):.3f} | {1 / mean:.2f} | {mean / det:.1f}x |")
+    for name in segmenters:
+        d = sum(r[name]) / pages
+        print(f"\ndociq ({name}) / detector: {d / det:.1f}x (target <= 5x); without render + words: "
+              f"{(d - read) / det:.1f}x; {d:.2f} s/page (target <= 1 s/page)")
 
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.profile:
-        median_page = int(np.argsort(r["dociq"])[len(r["dociq"]) // 2]) + 1      # the median page
-        print(f"\ncProfile of segment_page on page {median_page} (the median page), top 10 cumulative:\n")
-        print(profile_page(segmenter, pdf, median_page))
+        median_page = int(np.argsort(r["torch"])[len(r["torch"]) // 2]) + 1      # the median page
+        print(f"\ncProfile of segment_page (torch) on page {median_page} (the median page), top 10 cumulative:\n")
+        print(profile_page(segmenters["torch"], pdf, median_page))
 
 
 if __name__ == "__main__":

@@ -86,28 +86,44 @@ def test_grid_points_are_cell_centres_inside_the_page():
 # ---- mask quality and dedup --------------------------------------------------------------------
 
 def test_stability_score_equals_brute_force_iou():
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(5, 3, 17, 23, generator=g) * 3
+    logits = np.random.default_rng(0).standard_normal((5, 3, 17, 23)).astype(np.float32) * 3
     logits[0, 0] = -10                                          # empty at both thresholds
     got = stability_score(logits, threshold=0.5, offset=1.0)
     for idx in np.ndindex(5, 3):
-        hi = set(zip(*np.nonzero(logits[idx].numpy() > 1.5)))
-        lo = set(zip(*np.nonzero(logits[idx].numpy() > -0.5)))
+        hi = set(zip(*np.nonzero(logits[idx] > 1.5)))
+        lo = set(zip(*np.nonzero(logits[idx] > -0.5)))
         expected = len(hi & lo) / len(hi | lo) if hi | lo else 0.0
         assert got[idx].item() == pytest.approx(expected), idx
 
 
 def test_nms_removes_a_duplicate_and_keeps_the_better_one():
-    boxes = torch.tensor([[10, 10, 50, 50], [11, 10, 50, 51], [60, 60, 90, 90]], dtype=torch.float32)
-    kept = nms(boxes, torch.tensor([0.7, 0.9, 0.8]), 0.7)
+    boxes = np.array([[10, 10, 50, 50], [11, 10, 50, 51], [60, 60, 90, 90]], dtype=np.float32)
+    kept = nms(boxes, np.array([0.7, 0.9, 0.8]), 0.7)
     assert kept.tolist() == [1, 2]
-    assert nms(torch.zeros(0, 4), torch.zeros(0), 0.7).numel() == 0
+    assert nms(np.zeros((0, 4)), np.zeros(0), 0.7).size == 0
 
 
-def test_mask_boxes_are_exclusive_pixel_boxes():
-    m = torch.zeros(1, 20, 30, dtype=torch.bool)
+@pytest.mark.parametrize("seed", range(4))
+def test_nms_keeps_what_torchvision_keeps(seed):
+    from torchvision.ops import nms as torchvision_nms
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(0, 200, (300, 2))
+    boxes = np.concatenate([lo, lo + rng.uniform(5, 80, (300, 2))], 1).astype(np.float32)
+    scores = rng.random(300).astype(np.float32)                 # distinct: the order is defined
+    for threshold in (0.3, 0.7):
+        expect = torchvision_nms(torch.from_numpy(boxes), torch.from_numpy(scores), threshold).numpy()
+        np.testing.assert_array_equal(nms(boxes, scores, threshold), expect)
+
+
+def test_mask_boxes_are_exclusive_pixel_boxes_as_torchvision_draws_them():
+    from torchvision.ops import masks_to_boxes
+    m = np.zeros((3, 20, 30), dtype=bool)
     m[0, 5:9, 3:12] = True
-    assert mask_boxes(m).tolist() == [[3.0, 5.0, 12.0, 9.0]]
+    m[1, 0:20, 29] = True
+    m[2, 7, 0] = m[2, 19, 15] = True
+    assert mask_boxes(m[:1]).tolist() == [[3.0, 5.0, 12.0, 9.0]]
+    np.testing.assert_array_equal(mask_boxes(m), masks_to_boxes(torch.from_numpy(m)).numpy() + [0, 0, 1, 1])
+    assert mask_boxes(np.zeros((0, 4, 4), bool)).shape == (0, 4)
 
 
 def test_small_holes_fill_and_small_islands_go():

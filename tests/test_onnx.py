@@ -184,3 +184,57 @@ def test_export_folder_and_cli(folders, tmp_path, capsys):
     code = predict_main([str(folders / "model.safetensors"), str(tmp_path / "page.png"), "--backend", "onnx",
                          "--box", "1", "1", "50", "50"])
     assert code == 2 and "dociq export CKPT DIR --onnx" in capsys.readouterr().err
+
+
+def test_segment_on_the_onnx_backend_runs_without_torch_and_finds_the_torch_regions(folders, tmp_path, text_pdf):
+    """`dociq segment --backend onnx` in an interpreter where `import torch` fails, against the
+    torch backend on the same exported folder and PDF."""
+    from dociq.cli.segment import main as segment_main
+
+    pages = [[(16, 20, 170, "Annual Report"), (9, 20, 140, "Revenue grew in every region this year."),
+              (9, 20, 128, "Costs fell after the new plant opened."), (7, 130, 12, "page 1")],
+             [(12, 20, 170, "Results by region"), (9, 20, 140, "North sold more than south."), (7, 130, 12, "page 2")]]
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(text_pdf(pages, width=300, height=200))
+    assert segment_main([str(folders), str(pdf), "--out", str(tmp_path / "torch"), "--threads", "1"]) == 0
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("torch", "torchvision", "open_clip", "transformers", "timm"):
+            sys.modules[name] = None          # any import of them raises ImportError
+        from dociq.cli.segment import main
+        code = main([{str(folders)!r}, {str(pdf)!r}, "--out", {str(tmp_path / "onnx")!r}, "--backend", "onnx",
+                     "--threads", "1", "--question", "the page footer"])
+        loaded = [m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] in
+                  ("torch", "torchvision", "open_clip", "transformers", "timm")]
+        print("ok", code, sorted(loaded))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "ok 0 []"
+    ours = json.loads((tmp_path / "onnx" / "report.json").read_text())
+    ref = json.loads((tmp_path / "torch" / "report.json").read_text())
+    assert len(ours["pages"]) == len(ref["pages"]) == 2
+    for page, expect in zip(ours["pages"], ref["pages"]):
+        regions = [r for r in page["regions"] if r["class"] != "answer"]
+        assert len(regions) == len(expect["regions"]) > 0
+        for r, e in zip(regions, expect["regions"]):
+            assert r["class"] == e["class"] and r["text"] == e["text"]
+            np.testing.assert_allclose(r["box"], e["box"], atol=2)
+
+
+def test_word_class_probabilities_read_each_words_first_token(pair):
+    """The runner's word classes from the page graph's `word_class_logits` (the fixture model has no
+    word-class head, so the output is given here), as `Predictor.word_class_probabilities` reads them."""
+    _torch_predictor, onnx_predictor = pair
+    image, words, boxes = _page(200, 160, seed=3)
+    onnx_predictor.set_image(image, words=words, word_boxes=boxes)
+    assert onnx_predictor.word_class_probabilities() is None            # no head, no output
+    word_index = onnx_predictor.page.tokens["word_index"]
+    logits = np.random.default_rng(0).standard_normal((1, word_index.shape[1], 5)).astype(np.float32)
+    onnx_predictor.page.embedding["word_class_logits"] = logits
+    got = onnx_predictor.word_class_probabilities()
+    first = tg.first_subtokens(torch.from_numpy(word_index))[0]
+    expect = np.zeros((len(words), 5), np.float32)
+    expect[word_index[0, first.numpy()]] = torch.from_numpy(logits)[0, first].softmax(-1).numpy()
+    assert got.shape == (len(words), 5) and (got.sum(1) > 0).all()
+    np.testing.assert_allclose(got, expect, atol=1e-6)

@@ -21,13 +21,13 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from dociq.cli import report_errors
+from dociq.cli.backend import add_backend_arguments, load_backend
 from dociq.cli.page_input import DPI_RANGE, read_pdf_page, read_words
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords
 from dociq.inference.overlay import overlay
-from dociq.inference.onnx_predictor import OnnxPredictor
-from dociq.inference.predictor import DEFAULT_SNAP, load_predictor
+from dociq.inference.snapping import DEFAULT_SNAP
 from dociq.inference.prompts import check_threshold
 from dociq.io.rle import encode_rle
 
@@ -84,10 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    '{"words": [...], "boxes": [[x0, y0, x1, y1], ...]}, page pixels')
     p.add_argument("--ocr", default=None, choices=["tesseract", "pdf"],
                    help="OCR for the page words: tesseract, or pdf (the text layer of --pdf, its default)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--backend", choices=("torch", "onnx"), default="torch",
-                   help="onnx: the folder's ONNX graphs on onnxruntime, no torch (`dociq export CKPT DIR --onnx`)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--backend onnx; default: its own)")
+    add_backend_arguments(p)
     p.add_argument("--threshold", type=float, default=0.0,
                    help="mask logit threshold, a finite number (default 0; lower keeps more pixels)")
     p.add_argument("--snap", choices=("blocks", "words", "none"), default=DEFAULT_SNAP,
@@ -131,21 +128,12 @@ def _page_and_words(args) -> tuple[np.ndarray, Any, str, str | None]:
     return image, words, name, ocr
 
 
-def _load(args):
-    if args.backend == "torch":
-        return load_predictor(args.checkpoint, args.device)
-    if not Path(args.checkpoint).is_dir():
-        raise ValueError(f"--backend onnx reads a model folder, and {args.checkpoint} is not one: export it with "
-                         "`dociq export CKPT DIR --onnx` and give DIR")
-    return OnnxPredictor(args.checkpoint, threads=args.threads)
-
-
 def run(args) -> None:
     check_threshold(args.threshold, "--threshold")
     image, words, name, ocr = _page_and_words(args)
     if args.masks_dir and Path(args.masks_dir).exists() and not Path(args.masks_dir).is_dir():
         raise ValueError(f"--masks-dir {args.masks_dir} is a file: give a folder")
-    predictor = _load(args)
+    predictor = load_backend(args)
     predictor.snap = None if args.snap == "none" else args.snap
     page_words, page_boxes = (words, None) if isinstance(words, OcrWords) or words is None else words
     # the prompts are checked against the page before the page is embedded: a bad one fails fast

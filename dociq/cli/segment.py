@@ -3,6 +3,7 @@ regions and question answers as JSON, COCO, Label Studio tasks or a DoclingDocum
 
     dociq segment CKPT paper.pdf scans/ --out results/ [--question "the total" ...] [--pages 1-3,5]
         [--format json coco labelstudio docling] [--overlay pictures/] [--no-regions] [--threads 2]
+        [--backend onnx]     (CKPT: a folder from `dociq export CKPT DIR --onnx`; onnxruntime, no torch)
 
 One page at a time through dociq.inference.documents.DocumentSegmenter; files as
 dociq.cli.segment_outputs writes them. Resumable: a document whose files all exist is skipped.
@@ -20,17 +21,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from dociq.cli import one_line, report_errors
+from dociq.cli.backend import add_backend_arguments, load_backend
 from dociq.cli.page_input import check_dpi
 from dociq.cli.segment_outputs import FORMATS, DocumentOutputs, Target, write_label_config
 from dociq.data.ocr import TesseractOCR
 from dociq.inference.automatic import DEFAULT_SEEDS, SEEDS
 from dociq.inference.document_formats import new_docling
 from dociq.inference.documents import OCR_MODES, DocumentSegmenter, document_kind, page_count
-from dociq.inference.predictor import load_predictor
 from dociq.io.track import track
 from dociq.io.walk import Skipped, printable, skip_report, walk_documents
 
@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: a PDF's text layer, tesseract for pages without one and for images; tesseract: "
                         "every page; none: never tesseract (default: auto)")
     p.add_argument("--dpi", type=float, default=144.0, help="render PDF pages at this resolution (default 144)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
-    p.add_argument("--device", default="cpu")
+    add_backend_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks (and stop at the first failed document)")
     return p
 
@@ -216,9 +215,7 @@ def run(args) -> int:
         raise ValueError(f"no PDF or image files in {', '.join(args.inputs)} ({len(skipped)} entries skipped); "
                          "give PDFs, images or folders that hold them")
     check_run(args, docs)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    segmenter = DocumentSegmenter(load_predictor(args.checkpoint, args.device), questions=args.question,
+    segmenter = DocumentSegmenter(load_backend(args), questions=args.question,
                                   regions=not args.no_regions, seeds=args.seeds, dpi=args.dpi, ocr=args.ocr)
     if "labelstudio" in args.format:
         write_label_config(args.out, [*segmenter.categories[:-1], *args.question])

@@ -25,7 +25,7 @@ How (segment_anything/automatic_mask_generator.py, rewritten for pages):
 3. each candidate must pass `pred_iou_thresh` (the IoU head) and `stability_score_thresh` (IoU of
    the masks thresholded at logit +offset and -offset, SAM's stability score) and cover at least
    `min_region_area` pixels; candidates are kept as RLE until the end;
-4. duplicates go by box NMS (torchvision batched_nms, IoU `box_nms_thresh`, ranked by predicted IoU);
+4. duplicates go by box NMS (`nms`, IoU `box_nms_thresh`, ranked by predicted IoU);
 5. classify: the model is asked each layout class's question ("all paragraphs", "segment all
    tables", ... — the phrasings it was fine-tuned on, dociq.data.synthetic.questions); the
    answer is split into connected parts (the instances) and each region takes the class whose
@@ -38,9 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import torch
 from scipy import ndimage
-from torchvision.ops import batched_nms, masks_to_boxes
 
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
@@ -93,27 +91,49 @@ def grid_points(points_per_side: int, size: tuple[int, int]) -> np.ndarray:
 
 # ---- mask quality, boxes, NMS ------------------------------------------------------------------
 
-def stability_score(logits: torch.Tensor, threshold: float = 0.0, offset: float = 1.0) -> torch.Tensor:
-    """[..., H, W] logits -> [...]: IoU of the masks at `threshold + offset` and `threshold - offset`
-    (the first lies inside the second, so IoU = area ratio; SAM's calculate_stability_score).
-    An empty low-threshold mask scores 0."""
-    inner = (logits > threshold + offset).flatten(-2).sum(-1)
-    outer = (logits > threshold - offset).flatten(-2).sum(-1)
-    return torch.where(outer > 0, inner / outer.clamp(min=1), torch.zeros_like(inner, dtype=torch.float32))
+def stability_score(logits: np.ndarray, threshold: float = 0.0, offset: float = 1.0) -> np.ndarray:
+    """[..., H, W] logits -> float32 [...]: IoU of the masks at `threshold + offset` and
+    `threshold - offset` (the first lies inside the second, so IoU = area ratio; SAM's
+    calculate_stability_score). An empty low-threshold mask scores 0."""
+    logits = np.asarray(logits)
+    inner = np.count_nonzero(logits > threshold + offset, axis=(-2, -1))
+    outer = np.count_nonzero(logits > threshold - offset, axis=(-2, -1))
+    return np.where(outer > 0, inner / np.maximum(outer, 1), 0.0).astype(np.float32)
 
 
-def mask_boxes(masks: torch.Tensor) -> torch.Tensor:
-    """bool [N, H, W] non-empty masks -> float [N, 4] x0, y0, x1, y1 with exclusive x1, y1."""
+def mask_boxes(masks: np.ndarray) -> np.ndarray:
+    """bool [N, H, W] non-empty masks -> float32 [N, 4] x0, y0, x1, y1 with exclusive x1, y1."""
+    masks = np.asarray(masks, dtype=bool)
     if masks.shape[0] == 0:
-        return torch.zeros(0, 4)
-    return masks_to_boxes(masks) + torch.tensor([0.0, 0.0, 1.0, 1.0])
+        return np.zeros((0, 4), np.float32)
+    rows, cols = masks.any(2), masks.any(1)                                   # [N, H], [N, W]
+    h, w = masks.shape[1:]
+    return np.stack([cols.argmax(1), rows.argmax(1), w - cols[:, ::-1].argmax(1), h - rows[:, ::-1].argmax(1)],
+                    axis=1).astype(np.float32)
 
 
-def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    """Indices of the boxes kept by class-agnostic NMS, best score first (SAM's box dedup)."""
-    if boxes.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long)
-    return batched_nms(boxes.float(), scores.float(), torch.zeros(len(boxes), dtype=torch.long), iou_threshold)
+def box_iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """float [K]: IoU of one box x0, y0, x1, y1 with each of `boxes` [K, 4]."""
+    w = (np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])).clip(min=0)
+    h = (np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1])).clip(min=0)
+    inter = w * h
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, 1e-9)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """int64 indices of the boxes kept by class-agnostic greedy NMS, best score first (SAM's box
+    dedup, as torchvision's `nms`: a box goes when its IoU with a kept, better box exceeds the threshold)."""
+    boxes, scores = np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64).reshape(-1)
+    suppressed = np.zeros(len(boxes), dtype=bool)
+    keep = []
+    for i in np.argsort(-scores, kind="stable"):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        suppressed |= box_iou(boxes[i], boxes) > iou_threshold
+    return np.asarray(keep, dtype=np.int64)
 
 
 def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, bool]:
@@ -275,9 +295,9 @@ def classes_from_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarra
 class _Candidates:
     """Candidates that passed the filters, masks as RLE until NMS has chosen (SAM's MaskData)."""
     rles: list[dict | None] = field(default_factory=list)     # None: the mask is its box (a word block)
-    boxes: list[torch.Tensor] = field(default_factory=list)
-    scores: list[torch.Tensor] = field(default_factory=list)
-    stability: list[torch.Tensor] = field(default_factory=list)
+    boxes: list[np.ndarray] = field(default_factory=list)     # float32 [4] each
+    scores: list[float] = field(default_factory=list)
+    stability: list[float] = field(default_factory=list)
     seeds: list[str] = field(default_factory=list)
     points: list[np.ndarray] = field(default_factory=list)
 
@@ -288,7 +308,7 @@ class _Candidates:
         """bool [H, W] of candidate i."""
         if self.rles[i] is not None:
             return decode_rle(self.rles[i])
-        x0, y0, x1, y1 = (int(v) for v in self.boxes[i].tolist())
+        x0, y0, x1, y1 = (int(v) for v in self.boxes[i])
         mask = np.zeros(size, dtype=bool)
         mask[y0:y1, x0:x1] = True
         return mask
@@ -388,7 +408,6 @@ class PageSegmenter:
             return np.zeros((0, 2), np.float32), []
         return np.concatenate(parts).astype(np.float32), names
 
-    @torch.no_grad()
     def segment(self, image: Any, words=None, word_boxes=None, ocr=None) -> list[SegmentedRegion]:
         """Regions of the page, best predicted IoU first."""
         self.predictor.set_image(image, words=words, word_boxes=word_boxes, ocr=ocr)   # embedded once
@@ -401,7 +420,7 @@ class PageSegmenter:
             batch = points[start:start + self.points_per_batch]
             logits, iou, _low_res = self.predictor.predict_masks(points=batch[:, None, :], multimask_output=True,
                                                                  return_logits=True)   # [N, 3, H, W], [N, 3]
-            self._add_batch(found, torch.as_tensor(logits), torch.as_tensor(iou), batch,
+            self._add_batch(found, np.asarray(logits), np.asarray(iou), batch,
                             seed_names[start:start + self.points_per_batch])
         if "ocr_blocks" in self.seeds and len(page.word_boxes):
             blocks = block_boxes(page.word_boxes, page.words)
@@ -421,7 +440,7 @@ class PageSegmenter:
             for region in regions:
                 region.mask = snap_to_words(region.mask, page.word_boxes)
                 if region.mask.any():
-                    region.box = mask_boxes(torch.from_numpy(region.mask)[None])[0].numpy().astype(np.float32)
+                    region.box = mask_boxes(region.mask[None])[0]
         log.debug("%d click seeds, %d candidates after the filters, %d regions after NMS", len(points),
                   len(found.rles), len(regions))
         if self.classify and regions:
@@ -435,7 +454,7 @@ class PageSegmenter:
             # a box prompt is not ambiguous: the single-mask output, as the model was trained
             logits, iou, _low_res = self.predictor.predict_masks(boxes=batch, return_logits=True)  # [N, H, W]
             centres = (batch[:, :2] + batch[:, 2:]) / 2
-            self._add_batch(found, torch.as_tensor(logits)[:, None], torch.as_tensor(iou)[:, None], centres,
+            self._add_batch(found, np.asarray(logits)[:, None], np.asarray(iou)[:, None], centres,
                             [seed] * len(batch))
 
     @staticmethod
@@ -463,9 +482,9 @@ class PageSegmenter:
             x1, y1 = max(int(np.ceil(box[2])), x0 + 1), max(int(np.ceil(box[3])), y0 + 1)
             text[y0:y1, x0:x1] = True
             found.rles.append(None)
-            found.boxes.append(torch.tensor([x0, y0, min(x1, w), min(y1, h)], dtype=torch.float32))
-            found.scores.append(torch.tensor(1.0))
-            found.stability.append(torch.tensor(1.0))
+            found.boxes.append(np.array([x0, y0, min(x1, w), min(y1, h)], dtype=np.float32))
+            found.scores.append(1.0)
+            found.stability.append(1.0)
             found.seeds.append("ocr_blocks")
             found.points.append(np.array([(x0 + x1) / 2, (y0 + y1) / 2], np.float32))
         return text
@@ -478,39 +497,38 @@ class PageSegmenter:
                                                                  return_logits=True)
         return dict(zip(names, np.asarray(logits) > 0))
 
-    def _add_batch(self, found: _Candidates, logits: torch.Tensor, iou: torch.Tensor, points: np.ndarray,
+    def _add_batch(self, found: _Candidates, logits: np.ndarray, iou: np.ndarray, points: np.ndarray,
                    seed_names: list[str]) -> None:
         """Filter one batch of seeds' candidates [N, K, H, W] and keep the survivors as RLE."""
         n, k = iou.shape
         if self.multimask == "best":
             pick = iou.argmax(1)
-            logits, iou = logits[torch.arange(n), pick][:, None], iou[torch.arange(n), pick][:, None]
+            logits, iou = logits[np.arange(n), pick][:, None], iou[np.arange(n), pick][:, None]
             k = 1
-        logits, iou = logits.flatten(0, 1), iou.flatten()
-        owner = torch.arange(n).repeat_interleave(k)                      # seed of each candidate
+        logits, iou = logits.reshape(n * k, *logits.shape[-2:]), iou.reshape(-1)
+        owner = np.repeat(np.arange(n), k)                                   # seed of each candidate
         keep = iou > self.pred_iou_thresh
         stability = stability_score(logits, self.mask_threshold, self.stability_score_offset)
         keep &= stability >= self.stability_score_thresh
         masks = logits > self.mask_threshold
-        keep &= masks.flatten(1).sum(1) >= max(self.min_region_area, 1)
-        idx = torch.nonzero(keep)[:, 0]
+        keep &= np.count_nonzero(masks, axis=(1, 2)) >= max(self.min_region_area, 1)
+        idx = np.flatnonzero(keep)
         if len(idx) == 0:
             return
         masks, iou, stability, owner = masks[idx], iou[idx], stability[idx], owner[idx]
         boxes = mask_boxes(masks)
-        kept = nms(boxes, iou, self.box_nms_thresh)   # within the batch first: fewer RLEs to keep
-        for i in kept.tolist():
-            found.rles.append(encode_rle(masks[i].numpy()))
+        for i in nms(boxes, iou, self.box_nms_thresh):   # within the batch first: fewer RLEs to keep
+            found.rles.append(encode_rle(masks[i]))
             found.boxes.append(boxes[i])
-            found.scores.append(iou[i])
-            found.stability.append(stability[i])
+            found.scores.append(float(iou[i]))
+            found.stability.append(float(stability[i]))
             found.seeds.append(seed_names[int(owner[i])])
             found.points.append(points[int(owner[i])])
 
     def _deduplicate(self, found: _Candidates) -> list[SegmentedRegion]:
         if not found.rles:
             return []
-        boxes, scores = torch.stack(found.boxes), torch.stack(found.scores)
+        boxes, scores = np.stack(found.boxes).astype(np.float32), np.asarray(found.scores, np.float32)
         kept = nms(boxes, scores, self.box_nms_thresh).tolist()
         size = self.predictor.page.original_size
         masks = {i: found.mask(i, size) for i in kept}
@@ -522,13 +540,13 @@ class PageSegmenter:
                     continue        # a word block's mask is its rectangle: no holes, no islands
                 masks[i], c = remove_small_regions(masks[i], self.min_region_area)
                 if c:
-                    boxes[i] = mask_boxes(torch.from_numpy(masks[i])[None])[0]
+                    boxes[i] = mask_boxes(masks[i][None])[0]
                     changed = True
             if changed:
                 kept = [kept[j] for j in nms(boxes[kept], scores[kept], self.box_nms_thresh).tolist()]
-        return [SegmentedRegion(mask=masks[i], box=boxes[i].numpy().astype(np.float32),
-                       score=float(scores[i].clamp(0.0, 1.0)), stability=float(found.stability[i]), seed=found.seeds[i],
-                       point=(float(found.points[i][0]), float(found.points[i][1])))
+        return [SegmentedRegion(mask=masks[i], box=boxes[i].copy(), score=float(np.clip(scores[i], 0.0, 1.0)),
+                                stability=float(found.stability[i]), seed=found.seeds[i],
+                                point=(float(found.points[i][0]), float(found.points[i][1])))
                 for i in kept]
 
     def word_probabilities(self) -> np.ndarray | None:

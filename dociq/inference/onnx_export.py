@@ -22,7 +22,7 @@ import torch
 from dociq.data.collate import DocumentCollator, lexical_match
 from dociq.data.schema import Page
 from dociq.data.tokenize import QuestionTokenizer
-from dociq.models.export_graphs import (PAGE_INPUTS, PAGE_OUTPUTS, PROMPT_OUTPUTS, PageEncoderGraph,
+from dociq.models.export_graphs import (PAGE_INPUTS, PROMPT_OUTPUTS, PageEncoderGraph,
                                         PromptDecoderGraph)
 from dociq.models.grounding import boxed_words, clicked_words, prompt_geometry
 from dociq.models.segmenter import SegmentationModel
@@ -157,7 +157,7 @@ def export_onnx_graphs(model: SegmentationModel, image_size: int, ocr_tokenizer,
     page_graph = PageEncoderGraph(model).eval()
     page_args = tuple(batch[k] for k in ("image", "ocr_ids", "ocr_boxes", "ocr_mask"))
     t = torch.export.Dim("T", min=2, max=8192)
-    _export(page_graph, page_args, out_dir / PAGE_ENCODER, list(PAGE_INPUTS), list(PAGE_OUTPUTS),
+    _export(page_graph, page_args, out_dir / PAGE_ENCODER, list(PAGE_INPUTS), page_graph.output_names,
             {"image": None, "ocr_ids": {1: t}, "ocr_boxes": {1: t}, "ocr_mask": {1: t}}, optimize)
     with torch.no_grad():
         page = page_graph(*page_args)

@@ -43,6 +43,11 @@ def _runtime():
     return onnxruntime, Tokenizer
 
 
+# the page graph's word-class output (dociq.models.export_graphs.WORD_CLASS_OUTPUT; named here
+# because that module needs torch)
+WORD_CLASS_OUTPUT = "word_class_logits"
+
+
 @dataclass
 class OnnxPage:
     """What `OnnxPredictor.set_image` keeps for the prompts of one page."""
@@ -164,6 +169,32 @@ class OnnxPredictor:
             prompts = self._check(question, points, point_labels, boxes, mask_input, self.page.original_size)
         masks, scores, low_res = self._decode(prompts, multimask_output, return_logits, threshold)
         return (masks, scores, low_res) if multimask_output or return_logits else (masks, scores)
+
+    def predict_masks(self, question: str | Sequence[str] | None = None, points: Any = None,
+                      point_labels: Any = None, boxes: Any = None, mask_input: Any = None,
+                      multimask_output: bool = False, return_logits: bool = False,
+                      threshold: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`Predictor.predict_masks`: always (masks, scores, low_res_logits) on the set page."""
+        threshold = check_threshold(threshold)
+        prompts = self._check(question, points, point_labels, boxes, mask_input, self.page.original_size)
+        return self._decode(prompts, multimask_output, return_logits, threshold)
+
+    def word_class_probabilities(self) -> np.ndarray | None:
+        """`Predictor.word_class_probabilities`: float [N, classes] per OCR word of the set page (the
+        word-class head on its first sub-token; zeros for a word the token budget left out), or None
+        when the exported page graph has no word-class output."""
+        page = self.page
+        logits = page.embedding.get(WORD_CLASS_OUTPUT)
+        if logits is None:
+            return None
+        word_index = page.tokens["word_index"][0]
+        first = (word_index >= 0) & (word_index != np.concatenate([[-1], word_index[:-1]]))
+        out = np.zeros((len(page.words), logits.shape[-1]), np.float32)
+        if len(page.words) and self.use_ocr:
+            z = logits[0, first].astype(np.float64)
+            z = np.exp(z - z.max(-1, keepdims=True))
+            out[word_index[first]] = z / z.sum(-1, keepdims=True)
+        return out
 
     def _check(self, question, points, point_labels, boxes, mask_input, size) -> Prompts:
         return check_prompts(question, points, point_labels, boxes, mask_input, size, self.low_res_size,

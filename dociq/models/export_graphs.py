@@ -21,22 +21,28 @@ from dociq.models.segmenter import SegmentationModel
 
 PAGE_INPUTS = ("image", "ocr_ids", "ocr_boxes", "ocr_mask")
 PAGE_OUTPUTS = ("image_embedding", "high_res_s4", "high_res_s8", "text_tokens")
+WORD_CLASS_OUTPUT = "word_class_logits"     # a page graph output when the model has a word-class head
 PROMPT_OUTPUTS = ("masks", "iou")
 
 
 class PageEncoderGraph(nn.Module):
     """image float [1, 3, S, S] (normalised, letterboxed), ocr_ids long [1, T], ocr_boxes long
     [1, T, 4] (0..1000 of the input frame), ocr_mask bool [1, T] -> (image embedding [1, C, h, w],
-    stride-4 and stride-8 maps, fused OCR tokens [1, T, D])."""
+    stride-4 and stride-8 maps, fused OCR tokens [1, T, D] and, with a word-class head, the
+    tokens' layout class logits [1, T, len(REGION_CLASSES)])."""
 
     def __init__(self, model: SegmentationModel) -> None:
         super().__init__()
         self.model = model
+        self.output_names = list(PAGE_OUTPUTS) + ([WORD_CLASS_OUTPUT] if model.word_class_head is not None else [])
 
     def forward(self, image: Tensor, ocr_ids: Tensor, ocr_boxes: Tensor, ocr_mask: Tensor):
         batch = {"image": image, "ocr_ids": ocr_ids, "ocr_boxes": ocr_boxes, "ocr_mask": ocr_mask}
         fused, text, maps = self.model.encode(batch, multiscale=True)
-        return self.model.neck(fused, self.model.unit_grid, maps[2]), maps[0], maps[1], text
+        out = (self.model.neck(fused, self.model.unit_grid, maps[2]), maps[0], maps[1], text)
+        if self.model.word_class_head is not None:
+            out = out + (self.model.word_class_head(text),)
+        return out
 
 
 def prompt_input_names(model: SegmentationModel, with_points: bool) -> list[str]:

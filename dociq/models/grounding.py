@@ -110,7 +110,8 @@ def sparse_box_coverage(boxes: Tensor, height: int, width: int, keep: Tensor | N
     value = ((torch.minimum(x1[token], col + 1) - torch.maximum(x0[token], col)).clamp(min=0)
              * (torch.minimum(y1[token], row + 1) - torch.maximum(y0[token], row)).clamp(min=0))
     cell = (token // t) * (height * width) + row * width + col
-    coverage = torch.sparse_coo_tensor(torch.stack([cell, token]), value, (b * height * width, b * t)).coalesce()
+    coverage = torch.sparse_coo_tensor(torch.stack([cell, token]), value, (b * height * width, b * t),
+                                       check_invariants=False).coalesce()
     with warnings.catch_warnings():     # torch calls CSR "beta" once per process; CSR @ dense is all we use
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
         return coverage.to_sparse_csr()
