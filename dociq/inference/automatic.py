@@ -188,30 +188,26 @@ def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
     """float [P, 4] pixel boxes x0, y0, x1, y1 (exclusive) of every connected part of every answer."""
     out = []
     for answer in answers:
-        labels, count = ndimage.label(answer, structure=np.ones((3, 3), dtype=bool))
-        areas = np.bincount(labels.ravel(), minlength=count + 1)
+        y0, y1, x0, x1 = _extent(answer)          # labelled inside the answer's box: most answers are small
+        if y1 == y0:
+            continue
+        labels, _count = ndimage.label(answer[y0:y1, x0:x1], structure=np.ones((3, 3), dtype=bool))
         for k, (rows, cols) in enumerate(ndimage.find_objects(labels), start=1):
-            if areas[k] >= min_area:
-                out.append((cols.start, rows.start, cols.stop, rows.stop))
+            if np.count_nonzero(labels[rows, cols] == k) >= min_area:
+                out.append((x0 + cols.start, y0 + rows.start, x0 + cols.stop, y0 + rows.stop))
     return np.asarray(out, dtype=np.float32).reshape(-1, 4)
 
 
 def box_text_share(boxes: np.ndarray, text: np.ndarray) -> np.ndarray:
-    """float [K]: the share of each pixel box x0, y0, x1, y1 (exclusive) covered by `text`, bool
-    [H, W] (a summed-area table: one pass over the page for any number of boxes)."""
+    """float [K]: the share of each pixel box x0, y0, x1, y1 (exclusive) covered by `text`, bool [H, W]."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    if len(boxes) == 0:
-        return np.zeros(0, np.float64)
     h, w = text.shape
-    table = np.zeros((h + 1, w + 1), np.int64)
-    table[1:, 1:] = text.cumsum(0, dtype=np.int64).cumsum(1)
-    x0 = np.clip(np.floor(boxes[:, 0]), 0, w).astype(np.int64)
-    y0 = np.clip(np.floor(boxes[:, 1]), 0, h).astype(np.int64)
-    x1 = np.clip(np.ceil(boxes[:, 2]), 0, w).astype(np.int64)
-    y1 = np.clip(np.ceil(boxes[:, 3]), 0, h).astype(np.int64)
-    inside = table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]
-    area = np.maximum((x1 - x0) * (y1 - y0), 1)
-    return inside / area
+    out = np.zeros(len(boxes), np.float64)
+    for k, (x0, y0, x1, y1) in enumerate(boxes):
+        x0, y0 = int(np.clip(np.floor(x0), 0, w)), int(np.clip(np.floor(y0), 0, h))
+        x1, y1 = int(np.clip(np.ceil(x1), 0, w)), int(np.clip(np.ceil(y1), 0, h))
+        out[k] = np.count_nonzero(text[y0:y1, x0:x1]) / max((x1 - x0) * (y1 - y0), 1)
+    return out
 
 
 def _extent(mask: np.ndarray) -> tuple[int, int, int, int]:
