@@ -151,8 +151,8 @@ def test_words_of_a_line_take_the_lines_height():
 @needs_tesseract
 def test_tesseract_line_boxes_share_their_lines_top_and_bottom(pdf_path):
     image, truth = PdfTextLayer(dpi=144).read(pdf_path)
-    tight = TesseractOCR(line_boxes=False).recognise(image)
-    lined = TesseractOCR().recognise(image)
+    tight = TesseractOCR().recognise(image)
+    lined = TesseractOCR(line_boxes=True).recognise(image)
     assert lined.words == tight.words and len(lined.words) >= 4
     np.testing.assert_array_equal(lined.boxes[:, [0, 2]], tight.boxes[:, [0, 2]])
     heights = lined.boxes[:, 3] - lined.boxes[:, 1]
