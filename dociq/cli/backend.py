@@ -24,6 +24,7 @@ def load_backend(args: argparse.Namespace):
     if args.backend == "torch":
         import torch
 
+        # deferred: the onnx backend must run where torch is not installed
         from dociq.inference.predictor import load_predictor
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -31,5 +32,6 @@ def load_backend(args: argparse.Namespace):
     if not Path(args.checkpoint).is_dir():
         raise ValueError(f"--backend onnx reads a model folder, and {args.checkpoint} is not one: export it with "
                          "`dociq export CKPT DIR --onnx` and give DIR")
+    # deferred: onnxruntime is imported only when the onnx backend is asked for
     from dociq.inference.onnx_predictor import OnnxPredictor
     return OnnxPredictor(args.checkpoint, threads=args.threads)
