@@ -74,7 +74,7 @@ def test_the_page_is_embedded_once_for_many_prompts(counted, page):
 
 
 def test_the_page_words_are_grouped_into_blocks_once_for_many_prompts(predictor, page, monkeypatch):
-    import dociq.inference.predictor as module
+    import dociq.inference.snapping as module
     calls = []
     group_blocks = module.group_blocks
     monkeypatch.setattr(module, "group_blocks", lambda *a, **k: calls.append(1) or group_blocks(*a, **k))

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 
-def short_words(boxes: np.ndarray) -> np.ndarray:
+def line_marks(boxes: np.ndarray) -> np.ndarray:
     """bool [N]: the marks among one line's words — less than a third of the line's vertical extent
     tall and narrower than half of it: leader dots, commas, hyphens (a lowercase word such as "on"
     is about half the extent tall, and wider)."""
@@ -24,9 +24,9 @@ def short_words(boxes: np.ndarray) -> np.ndarray:
 
 
 def line_height(boxes: np.ndarray) -> float:
-    """The height of a text line: the median height of its words, punctuation (`short_words`) left out."""
+    """The height of a text line: the median height of its words, punctuation (`line_marks`) left out."""
     heights = boxes[:, 3] - boxes[:, 1]
-    tall = heights[~short_words(boxes)]
+    tall = heights[~line_marks(boxes)]
     return max(float(np.median(tall if len(tall) else heights)), 1.0)
 
 
@@ -36,7 +36,7 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
     of the shorter of the two heights; a line is then split where the horizontal gap between two
     neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
-    cells), which is far wider than a space between words. Punctuation (`short_words`) neither
+    cells), which is far wider than a space between words. Punctuation (`line_marks`) neither
     sets the line height nor opens a gap, so a contents line's dot leaders stay one line."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
@@ -57,7 +57,7 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     for line in lines:
         line.sort(key=lambda k: boxes[k, 0])
         height = line_height(boxes[line])
-        short = dict(zip(line, short_words(boxes[line])))
+        short = dict(zip(line, line_marks(boxes[line])))
         part = [line[0]]
         for prev, k in zip(line, line[1:]):
             # a gap next to punctuation is a leader's, not a gutter

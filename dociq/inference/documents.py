@@ -21,7 +21,7 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, TesseractOCR
-from dociq.inference.automatic import DEFAULT_SEEDS, LAYOUT_QUESTIONS, UNCLASSIFIED, PageSegmenter
+from dociq.inference.automatic import DEFAULT_SEEDS, LAYOUT_QUESTIONS, UNCLASSIFIED, PageSegmenter, mask_boxes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".pnm", ".ppm", ".pgm")
 OCR_MODES = ("auto", "tesseract", "none")
@@ -101,12 +101,6 @@ def words_inside(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(mask[cy, cx])
 
 
-def mask_box(mask: np.ndarray) -> np.ndarray:
-    """float [4] x0, y0, x1, y1 (exclusive) of a non-empty bool mask."""
-    ys, xs = np.nonzero(mask)
-    return np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
-
-
 class DocumentSegmenter:
     """A document's pages -> `PageResult`s: regions (unless `regions=False`) and one answer per
     question (left out when the answer is empty), through one Predictor."""
@@ -166,7 +160,7 @@ class DocumentSegmenter:
             for question, mask, score in zip(self.questions, masks, scores):
                 if mask.any():
                     # the IoU head's raw output, clipped to [0, 1] as the segmenter's regions are
-                    found.append(PageRegion(mask, mask_box(mask), ANSWER, float(np.clip(score, 0.0, 1.0)),
+                    found.append(PageRegion(mask, mask_boxes(mask[None])[0], ANSWER, float(np.clip(score, 0.0, 1.0)),
                                             question=question))
         page_words = self.predictor.page.words
         boxes = self.predictor.page.word_boxes

@@ -25,7 +25,6 @@ from dociq.inference import onnx_geometry as geo
 from dociq.inference import onnx_inputs as inputs
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
-from dociq.data.text_blocks import group_blocks
 from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, best_guess, check_snap, snap_masks
 
 log = logging.getLogger(__name__)
@@ -289,9 +288,5 @@ class OnnxPredictor:
             out = best_guess(logits, out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            word_boxes = page.word_boxes if reads_words else np.zeros((0, 4))
-            if self.snap == "blocks" and len(word_boxes) and page.text_blocks is None:
-                page.text_blocks = group_blocks(word_boxes, page.words)     # once per page
-            out = snap_masks(out, prompts, page.words, word_boxes, self.snap,
-                             blocks=page.text_blocks if len(word_boxes) else None)
+            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap)
         return out, scores, low_res

@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from dociq.data.collate import DocumentCollator, lexical_match, resize_longest_side
 from dociq.data.ocr import OcrWords
 from dociq.data.schema import Page
-from dociq.data.text_blocks import group_blocks
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
@@ -333,17 +332,8 @@ class Predictor:
             out = best_guess(logits.cpu(), out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            out = self._snap_masks(out, prompts, page.word_boxes if reads_words else np.zeros((0, 4)))
+            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap)
         return out, scores.cpu().numpy(), low_res.cpu().numpy()
-
-    def _snap_masks(self, masks: np.ndarray, prompts: Prompts, word_boxes: np.ndarray) -> np.ndarray:
-        page = self.page
-        blocks = None
-        if self.snap == "blocks" and len(word_boxes):
-            if page.text_blocks is None:     # grouped once per page, not once per prompt
-                page.text_blocks = group_blocks(word_boxes, page.words)
-            blocks = page.text_blocks
-        return snap_masks(masks, prompts, page.words, word_boxes, self.snap, blocks=blocks)
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]

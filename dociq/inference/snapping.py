@@ -42,15 +42,15 @@ def best_guess(logits, masks: np.ndarray, margin: float) -> np.ndarray:
     return out
 
 
-def snap_masks(masks: np.ndarray, prompts: Prompts, words: Sequence[str], word_boxes: np.ndarray,
-               mode: str, blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
-    "blocks") to the page's `word_boxes` (none when the model does not read the words: a box
-    prompt's mask is still kept inside its box). blocks: `group_blocks(word_boxes, words)` when
-    the caller keeps it for the page (grouped here otherwise)."""
-    words = words if len(word_boxes) else None
-    if mode == "blocks" and blocks is None:
-        blocks = group_blocks(word_boxes, words)    # once for all masks
+    "blocks") to `word_boxes`: the page's own, or none when the model does not read the words (a
+    box prompt's mask is still kept inside its box). page: the Predictor's or the ONNX runner's set
+    page (its `words`; its `text_blocks`, grouped here on the first prompt that needs them)."""
+    words = page.words if len(word_boxes) else None
+    if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
+        page.text_blocks = group_blocks(word_boxes, words)      # once per page, for all of its prompts
+    blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
     out = np.empty_like(masks)
     for q in range(masks.shape[0]):
         if mode == "words":

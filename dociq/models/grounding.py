@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -128,16 +127,14 @@ def rasterise(features: Tensor, coverage: Tensor, grid: tuple[int, int]) -> Tens
     `sparse_box_coverage`) -> [B*Q, C, h, w]: each cell gets the coverage-weighted sum of the
     tokens over it."""
     n, t, c = features.shape
-    if coverage.layout == torch.sparse_csr:                            # `sparse_box_coverage`
-        b = coverage.shape[1] // t
-        q = n // b
-        per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b * t, q * c)
-        painted = (coverage @ per_page).view(b, -1, q * c)              # [B, h*w, Q*C]
+    sparse = coverage.layout == torch.sparse_csr                       # `sparse_box_coverage`
+    b = coverage.shape[1] // t if sparse else coverage.shape[0]
+    q = n // b
+    per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b, t, q * c)
+    if sparse:
+        painted = (coverage @ per_page.reshape(b * t, q * c)).view(b, -1, q * c)   # [B, h*w, Q*C]
     else:
-        b = coverage.shape[0]
-        q = n // b
-        per_page = features.view(b, q, t, c).permute(0, 2, 1, 3).reshape(b, t, q * c)
-        painted = coverage.transpose(1, 2) @ per_page                   # [B, h*w, Q*C]
+        painted = coverage.transpose(1, 2) @ per_page
     return painted.view(b, -1, q, c).permute(0, 2, 3, 1).reshape(n, c, *grid)
 
 
@@ -484,16 +481,18 @@ class WordGrounding(nn.Module):
         sparse: `sparse_box_coverage` (for inference: a Predictor keeps it per page)."""
         h, w = grid
         words = first_subtokens(word_index) & token_mask.bool()
-        def cover(gh: int, gw: int) -> Tensor:
+
+        def cover(source: Tensor, gh: int, gw: int, keep: Tensor | None = None) -> Tensor:
             if sparse:
-                return sparse_box_coverage(boxes, gh, gw, keep=words)
-            return box_coverage(boxes, gh, gw) * words[..., None]
-        layout = PageLayout(words, cover(h, w), cover(4 * h, 4 * w))
+                return sparse_box_coverage(source, gh, gw, keep=keep)
+            out = box_coverage(source, gh, gw)
+            return out if keep is None else out * keep[..., None]
+        layout = PageLayout(words, cover(boxes, h, w, words), cover(boxes, 4 * h, 4 * w, words))
         if self.text_blocks and block_index is not None:
             if extents is None:
                 extents = block_extents(boxes, block_index)
-            paint = partial(sparse_box_coverage if sparse else box_coverage, extents)
-            layout.block_coverage, layout.block_coverage_high_res = paint(h, w), paint(4 * h, 4 * w)
+            layout.block_coverage = cover(extents, h, w)
+            layout.block_coverage_high_res = cover(extents, 4 * h, 4 * w)
         return layout
 
     def _click_features(self, clicked: Tensor, geometry: dict[str, Tensor],
