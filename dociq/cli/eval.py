@@ -28,7 +28,7 @@ from dociq.evaluation.detector_baseline import DetectorTextSearch
 from dociq.evaluation.heldout import (VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
                                       load_task)
 from dociq.evaluation.layout_detector import DetectorUnavailable
-from dociq.evaluation.scanned import ScannedPages
+from dociq.data.scanned import ScannedPages
 from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
 
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(masks as a user gets them; the same frame for models of any input size)")
     p.add_argument("--scan", action="store_true",
                    help="ask the prompts of scanned pages: each page degraded (skew, blur, noise, JPEG) and its "
-                        "words read by tesseract instead of the text layer (dociq.evaluation.scanned)")
+                        "words read by tesseract instead of the text layer (dociq.data.scanned)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p

@@ -128,3 +128,17 @@ def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None, **gr
     boxes = np.asarray(word_boxes, dtype=np.float32).reshape(-1, 4)
     out = [np.concatenate([boxes[ids, :2].min(0), boxes[ids, 2:].max(0)]) for ids in group_blocks(boxes, words, **grouping)]
     return np.asarray(out, dtype=np.float32).reshape(-1, 4)
+
+
+def words_in_masks(word_boxes: np.ndarray, masks: Sequence[np.ndarray]) -> list[list[int]]:
+    """For each mask bool [H, W], the indices of the words (boxes [N, 4] pixels) whose box centre
+    lies in it."""
+    if len(word_boxes) == 0:
+        return [[] for _ in masks]
+    cx = ((word_boxes[:, 0] + word_boxes[:, 2]) / 2).astype(int)
+    cy = ((word_boxes[:, 1] + word_boxes[:, 3]) / 2).astype(int)
+    out = []
+    for m in masks:
+        h, w = m.shape
+        out.append(np.flatnonzero(m[cy.clip(0, h - 1), cx.clip(0, w - 1)]).tolist())
+    return out

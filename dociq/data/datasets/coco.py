@@ -39,6 +39,7 @@ from dociq.data.errors import (
 from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
+from dociq.data.text_blocks import words_in_masks
 from dociq.io.rle import encode_rle, rle_string_counts
 
 
@@ -158,20 +159,6 @@ def mask_to_box(mask: np.ndarray) -> np.ndarray:
     if len(ys) == 0:
         return np.zeros(4, np.float32)
     return np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
-
-
-def words_in_regions(word_boxes: np.ndarray, masks: Sequence[np.ndarray]) -> list[list[int]]:
-    """For each region mask, the indices of the words whose box centre lies in it."""
-    if len(word_boxes) == 0:
-        return [[] for _ in masks]
-    cx = ((word_boxes[:, 0] + word_boxes[:, 2]) / 2).astype(int)
-    cy = ((word_boxes[:, 1] + word_boxes[:, 3]) / 2).astype(int)
-    out = []
-    for m in masks:
-        h, w = m.shape
-        inside = m[cy.clip(0, h - 1), cx.clip(0, w - 1)]
-        out.append(np.nonzero(inside)[0].tolist())
-    return out
 
 
 def category_question_text(name: str) -> str:
@@ -528,7 +515,7 @@ class CocoDocuments(GuardedDocuments):
             masks_for_words.append(None if word_ids is not None else mask)
         # Regions without stored word_ids (real data, OCR words) get the words whose centre they hold.
         todo = [i for i, m in enumerate(masks_for_words) if m is not None]
-        for i, ids in zip(todo, words_in_regions(word_boxes, [masks_for_words[i] for i in todo])):
+        for i, ids in zip(todo, words_in_masks(word_boxes, [masks_for_words[i] for i in todo])):
             regions[i].word_ids = ids
             if not regions[i].text:
                 regions[i].text = " ".join(words[j] for j in ids)

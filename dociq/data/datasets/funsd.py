@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from dociq.data.datasets.coco import box_mask, words_in_regions
+from dociq.data.datasets.coco import box_mask
+from dociq.data.text_blocks import words_in_masks
 from dociq.data.datasets.guarded import GuardedDocuments
 from dociq.data.errors import (
     BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSampleError, BadSamplePolicy, check_box_in_page,
@@ -138,7 +139,7 @@ class FunsdDocuments(GuardedDocuments):
             found = self.ocr.recognise(image)
             found = found if found.size == size else found.scaled_to(size)
             words, word_boxes = list(found.words), found.boxes
-            for region, ids in zip(regions, words_in_regions(word_boxes, [r.mask for r in regions])):
+            for region, ids in zip(regions, words_in_masks(word_boxes, [r.mask for r in regions])):
                 region.word_ids = ids
         if self.require_words and not words:
             source = "its annotation has no words" if self.ocr is None else f"OCR {self.ocr_name!r} found none"

@@ -166,3 +166,19 @@ def test_reading_order_reads_columns_top_to_bottom():
                region(0, 45, 45, 60),    # left column, bottom
                region(55, 45, 100, 60)]  # right column, bottom
     assert reading_order(regions, 100) == [0, 2, 3, 1, 4]
+
+
+def test_a_line_repeated_under_the_running_header_is_not_a_header(tmp_path):
+    """A table's head row (or a code line) that repeats near the top of every page lies under the
+    running header, inside the body: only the page's outer row is its header."""
+    pages = manual_pages(3)
+    for ops in pages:
+        ops.append(("text", "bold", 10, 72, 728, "Option Default Meaning"))
+    path = tmp_path / "manual.pdf"
+    path.write_bytes(write_pdf(pages))
+    result = label_pdf(path, "docs/manual.pdf", "docs", "docs/manual.pdf", "train",
+                       LabelSettings(min_words=5, page_size=768), seen_hashes={})
+    for _, _, record in result.pages:
+        labels = _labels(record)
+        assert [t for label, t in labels if label == "page_header"] == ["Corpus Builder Reference Manual"]
+        assert any(t == "Option Default Meaning" and label != "page_header" for label, t in labels)

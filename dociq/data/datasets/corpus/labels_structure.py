@@ -1,8 +1,9 @@
 """Region labels from a PDF's visible structure, for PDFs without a tag tree (most LaTeX output).
 
 Rules, each a fact a careful reader uses too, applied in this order (a word is labelled once):
-  page furniture  lines in the top/bottom band repeated on many pages of the document are page
-                  headers/footers; a lone number (or "Page 3", "3 of 10", roman) there is a page number
+  page furniture  lines in the top/bottom band repeated on many pages of the document, with no line
+                  beyond them, are page headers/footers; a lone number (or "Page 3", "3 of 10",
+                  roman) there is a page number
   tables          pdfplumber's ruled tables (cells from the ruling grid); booktabs-style tables from
                   three or more horizontal rules of one width with text between them
   figures         image objects; clusters of vector paths with little text inside
@@ -109,7 +110,7 @@ class _Labeller:
             if _PAGE_NUMBER.match(text.strip()):
                 self.add("page_number", words)
                 continue
-            if normalise(text) not in self.ctx.repeated:
+            if normalise(text) not in self.ctx.repeated or not self.on_edge(line, band):
                 continue
             # "12 Chapter 2. Usage" / "Usage 13": the number is a region of its own
             first, last = self.c.words[words[0]].text, self.c.words[words[-1]].text
@@ -120,6 +121,14 @@ class _Labeller:
                 self.add("page_number", [words[-1]])
                 words = words[:-1]
             self.add("page_header" if band == "top" else "page_footer", words)
+
+    def on_edge(self, line: Line, band: str) -> bool:
+        """Whether no line of the page lies wholly above (`band` "top") or below ("bottom") this one:
+        running headers and footers are the page's outer rows. A table's head row or a code line
+        that repeats near the top of many pages sits under the header, inside the body."""
+        if band == "top":
+            return not any(other.box[3] <= line.box[1] for other in self.c.lines)
+        return not any(other.box[1] >= line.box[3] for other in self.c.lines)
 
     # -- tables ---------------------------------------------------------------------------------
     def words_in(self, box: Box, min_inside: float = 0.6) -> list[int]:

@@ -1,11 +1,11 @@
-"""Held-out pages as a scanner and OCR hand them over (dociq.evaluation.scanned): degraded the same
+"""Held-out pages as a scanner and OCR hand them over (dociq.data.scanned): degraded the same
 way for every answerer, words read back from the pixels, targets still on the page."""
 import numpy as np
 import pytest
 
 from dociq.cli.eval import main
 from dociq.data.synthetic.generator import SyntheticDocuments
-from dociq.evaluation.scanned import ScannedPages
+from dociq.data.scanned import ScannedPages
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +45,19 @@ def test_scan_is_for_the_predictors_path(capsys):
     with pytest.raises(SystemExit):
         main(["x.ckpt", "--task-path", "--scan"])
     assert "--scan" in capsys.readouterr().err
+
+
+def test_regions_own_the_words_read_from_the_scan(pages, tmp_path):
+    """The word-class targets follow the words the model reads: each region's word_ids index the
+    OCR words whose centre it holds, and its text is theirs."""
+    scan = ScannedPages(pages, seed=0, cache_dir=tmp_path)[0]
+    centres = (scan.word_boxes[:, :2] + scan.word_boxes[:, 2:]) / 2
+    owned = 0
+    for region in scan.regions:
+        assert all(0 <= k < len(scan.words) for k in region.word_ids)
+        for k in region.word_ids:
+            x, y = centres[k].astype(int)
+            assert region.mask[y, x]
+        assert region.text == " ".join(scan.words[k] for k in region.word_ids)
+        owned += len(region.word_ids)
+    assert owned >= 0.5 * len(scan.words)      # most words read back lie in some region
