@@ -20,8 +20,12 @@ from scipy import ndimage
 
 from dociq.data.text_blocks import group_blocks, group_lines
 
-# A word belongs to a mask part when at least this share of its box is inside the mask.
+# A word belongs to a mask part when at least this share of its box is inside the mask ...
 WORD_INSIDE = 0.5
+# ... or when its box holds at least this share of the part: a part smaller than a word (a page
+# number's digit is 6 px wide, under two cells of the decoder's stride-4 grid at 384 px) that lies
+# mostly on one word means that word, however little of the word it covers.
+PART_ON_WORD = 0.5
 # A part is snapped when its words' bounding box holds at least this share of it; otherwise the
 # part is not a text region (a figure with a caption inside, a drawing with labels).
 TEXT_SHARE = 0.7
@@ -65,6 +69,39 @@ def _share_inside(mask: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return inside / area
 
 
+def _parts(mask: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """The mask's connected parts, labelled inside its bounding box (every pixel of it, far fewer
+    than the page's): (row, column of the box's corner, labels [h, w], the parts' sizes)."""
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    r0, c0 = rows[0], cols[0]
+    labels, count = ndimage.label(mask[r0:rows[-1] + 1, c0:cols[-1] + 1], structure=_EIGHT_NEIGHBOURS)
+    return r0, c0, labels, np.bincount(labels.ravel(), minlength=count + 1)[1:]
+
+
+def _part_under(labels: np.ndarray, box: np.ndarray) -> tuple[int, int]:
+    """(label, pixels) of the mask part with the most pixels inside `box` (in the labels' frame);
+    label 0 when none."""
+    counts = np.bincount(labels[box[1]:box[3], box[0]:box[2]].ravel(), minlength=2)[1:]
+    if not len(counts) or counts.max() == 0:
+        return 0, 0
+    return int(counts.argmax()) + 1, int(counts.max())
+
+
+def word_members(mask: np.ndarray, boxes: np.ndarray, parts=None) -> np.ndarray:
+    """bool [K]: the words (pixel boxes [K, 4]) the mask holds: at least WORD_INSIDE of the word's
+    box inside the mask, or at least PART_ON_WORD of a mask part inside the word's box."""
+    share = _share_inside(mask, boxes)
+    members = share >= WORD_INSIDE
+    partial = np.flatnonzero((share > 0) & ~members)
+    if len(partial):
+        r0, c0, labels, sizes = _parts(mask) if parts is None else parts
+        for k in partial:
+            local = (boxes[k] - np.array([c0, r0, c0, r0])).clip(min=0)
+            part, held = _part_under(labels, local)
+            members[k] = part > 0 and held >= PART_ON_WORD * sizes[part - 1]
+    return members
+
+
 def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     """mask bool [H, W]; word_boxes [K, 4] x0, y0, x1, y1 in the mask's pixels (x1, y1
     exclusive) -> the snapped bool mask [H, W]. The input is not modified."""
@@ -74,28 +111,27 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
         return mask.copy()
     boxes = _pixel_boxes(boxes, mask.shape)
     boxes = boxes[(boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])]
-    members = _share_inside(mask, boxes) >= WORD_INSIDE
+    parts = _parts(mask)
+    members = word_members(mask, boxes, parts)
     if not members.any():
         return mask.copy()
-    # The mask's parts are labelled inside its bounding box (every pixel of it, far fewer than the
-    # page's); word boxes are moved to that frame and clipped to it.
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    r0, c0 = rows[0], cols[0]
-    labels, count = ndimage.label(mask[r0:rows[-1] + 1, c0:cols[-1] + 1], structure=_EIGHT_NEIGHBOURS)
+    r0, c0, labels, sizes = parts
+    rows, cols = labels.shape
     local = (boxes[members] - np.array([c0, r0, c0, r0])).clip(min=0)
     # The part a word belongs to: the most common label over its box.
-    part_of = np.array([np.bincount(labels[b[1]:b[3], b[0]:b[2]].ravel(), minlength=count + 1)[1:].argmax() + 1
-                        for b in local])
+    part_of = np.array([_part_under(labels, b)[0] for b in local])
     out = mask.copy()
-    inside = out[r0:rows[-1] + 1, c0:cols[-1] + 1]          # a view: cleared parts clear `out`
-    sizes = np.bincount(labels.ravel(), minlength=count + 1)[1:]
-    for part in np.unique(part_of):
+    inside = out[r0:r0 + rows, c0:c0 + cols]               # a view: cleared parts clear `out`
+    for part in np.unique(part_of[part_of > 0]):
         words = boxes[members][part_of == part]
         bx0, by0 = words[:, 0].min(), words[:, 1].min()
         bx1, by1 = words[:, 2].max(), words[:, 3].max()
         region = labels == part
         held = region[max(by0 - r0, 0):max(by1 - r0, 0), max(bx0 - c0, 0):max(bx1 - c0, 0)].sum()
-        if held < TEXT_SHARE * sizes[part - 1]:
+        # a part smaller than its words' box cannot be a figure around them: it is a word-sized
+        # blob, held as a word holds it (PART_ON_WORD)
+        small = sizes[part - 1] < (bx1 - bx0) * (by1 - by0)
+        if held < (PART_ON_WORD if small else TEXT_SHARE) * sizes[part - 1]:
             continue
         inside[region] = False
         out[by0:by1, bx0:bx1] = True
@@ -121,7 +157,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     out = snap_to_words(mask, word_boxes)
     boxes = _pixel_boxes(word_boxes, mask.shape)
     if len(boxes):
-        members = _share_inside(mask, boxes) >= WORD_INSIDE
+        members = word_members(mask, boxes) if mask.any() else np.zeros(len(boxes), bool)
         clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
         positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
         exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)

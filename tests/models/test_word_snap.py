@@ -129,3 +129,25 @@ def test_a_mask_that_brushes_one_word_of_a_small_block_does_not_complete_it():
     assert np.array_equal(snap_to_blocks(one, boxes), _box_mask(50, 60, 40, 80))
     two = _box_mask(49, 61, 39, 121)                       # 2 of 3: a hold
     assert np.array_equal(snap_to_blocks(two, boxes), _box_mask(50, 60, 40, 160))
+
+
+def test_a_part_smaller_than_its_word_means_that_word():
+    """A page number's digit is narrower than two cells of the decoder's grid: its mask is a blob
+    off by a few pixels that covers under half of the word, yet lies on nothing else."""
+    from dociq.models.word_snap import snap_to_blocks
+
+    digit = np.array([[741, 20, 747, 30]], float)            # a 6 x 10 px folio
+    body = _paragraph() + [0, 100, 0, 100]
+    words = np.vstack([digit, body])
+    mask = np.zeros((300, 800), bool)
+    mask[23:30, 738:745] = True                              # 28 of its 49 pixels on the digit
+    expect = np.zeros_like(mask)
+    expect[20:30, 741:747] = True
+    assert np.array_equal(snap_to_words(mask, words), expect)
+    assert np.array_equal(snap_to_blocks(mask, words), expect)
+    # a paragraph's mask that brushes the edge of a word of the next line keeps that word out
+    ragged = np.zeros((300, 800), bool)
+    ragged[150:174, 40:160] = True
+    ragged[174:178, 40:60] = True                            # 4 of the last line's 10 rows, on one word
+    out = snap_to_words(ragged, words)
+    assert out[150:173, 40:160].all() and not out[180:186].any()
