@@ -109,12 +109,16 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not mask.any() or not len(boxes):
         return mask.copy()
-    boxes = _pixel_boxes(boxes, mask.shape)
-    boxes = boxes[(boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])]
+    return _snapped(mask, _pixel_boxes(boxes, mask.shape))[0]
+
+
+def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the snapped mask, `word_members` bool [K]) of a non-empty mask and pixel boxes [K, 4] (an
+    empty box is never a member: no share of it is inside)."""
     parts = _parts(mask)
     members = word_members(mask, boxes, parts)
     if not members.any():
-        return mask.copy()
+        return mask.copy(), members
     r0, c0, labels, sizes = parts
     rows, cols = labels.shape
     local = (boxes[members] - np.array([c0, r0, c0, r0])).clip(min=0)
@@ -135,7 +139,7 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
             continue
         inside[region] = False
         out[by0:by1, bx0:bx1] = True
-    return out
+    return out, members
 
 
 def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
@@ -154,10 +158,12 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     completed. `blocks` (word indices per block) saves regrouping the page's words for each of
     many masks. The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
-    out = snap_to_words(mask, word_boxes)
     boxes = _pixel_boxes(word_boxes, mask.shape)
+    if mask.any() and len(boxes):
+        out, members = _snapped(mask, boxes)
+    else:
+        out, members = mask.copy(), np.zeros(len(boxes), bool)
     if len(boxes):
-        members = word_members(mask, boxes) if mask.any() else np.zeros(len(boxes), bool)
         clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
         positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
         exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
