@@ -14,6 +14,9 @@ Each arm is INIT or INIT/REGIME:
           quarter           a quarter of the steps (the schedule ends at the quarter)
           quarter-labels    every step, a quarter of the corpus's labelled training pages
                             (synthetic pages unchanged: their labels cost nothing)
+          labels-N          every step, N labelled real training pages (spread over documents)
+          genre             every step, no labelled page of --genre-package; scored on that
+                            package's held-out pages only (a genre fine-tuning never saw labelled)
 Every run is `dociq.training.train.train(compose(overrides))`, i.e. `python train.py <overrides>`,
 into --workdir/<init>[-<regime>]_s<seed>. A run whose last.ckpt has reached its steps is reused; a
 shorter one resumes from it (exact: docs/reliability.md); `--run ARM:SEED=DIR` reuses a run made
@@ -25,8 +28,11 @@ box -> region and click -> region. The result is cached beside the checkpoint (e
 
 The JSON has per run and per arm (mean over seeds) the numbers, and the differences in mIoU points
 on held-out real layout + reading questions (prompt-weighted), mean over seeds:
-  pretrained_minus_random, pretrained_minus_random_quarter, pretrained_minus_random_quarter_labels,
+  pretrained_minus_random (= pretrained_minus_random_labels_all), pretrained_minus_random_<regime>
+  (quarter, quarter_labels, labels_50, ...), pretrained_minus_random_unseen_genre,
   <ablation>_minus_pretrained[_<regime>]
+--jobs N trains N fine-tuning runs at a time (each `python train.py` in its own process, the cores
+shared among them) and evaluates N checkpoints at a time: for a GPU, where one run leaves it idle.
 --probe adds the unit-class linear probe (scripts/probe_encoder.py) of each seed's pretrained image
 encoder, its EMA target and a random one, on real corpus pages; and the pretraining runs' held-out
 MLM accuracy and D-JEPA `unexplained` curves are read from their metrics.csv.
@@ -36,8 +42,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import re
+import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,17 +56,38 @@ from eval_segment import run_stage  # noqa: E402
 from probe_encoder import load_encoder  # noqa: E402
 
 INITS = ("pretrained", "random", "no_djepa", "no_mlm", "no_mim")
-REGIMES = {"full": (1.0, 1.0), "quarter": (0.25, 1.0), "quarter-labels": (1.0, 0.25)}  # (steps, real labels)
+# (share of --steps, labelled real training pages: None all, a float a share, an int a count)
+REGIMES = {"full": (1.0, None), "quarter": (0.25, None), "quarter-labels": (1.0, 0.25), "genre": (1.0, None)}
+LABELS_N = re.compile(r"^labels-([1-9][0-9]*)$")
 PROMPT_SETS = ("question", "question_no_ocr", "box_region", "point_region")
 SUMMARY_KEYS = ("layout_reading", "layout", "reading", "layout_reading_no_ocr", "box_region", "point_region")
+
+
+def regime_spec(regime: str) -> tuple[float, float | int | None]:
+    """(share of the steps, labelled real pages) of a regime name."""
+    if regime in REGIMES:
+        return REGIMES[regime]
+    match = LABELS_N.match(regime)
+    if match is None:
+        raise ValueError(f"regime {regime!r}: use one of {tuple(REGIMES)} or labels-N (N >= 1)")
+    return 1.0, int(match.group(1))
 
 
 def parse_arm(arm: str) -> tuple[str, str]:
     init, _, regime = arm.partition("/")
     regime = regime or "full"
-    if init not in INITS or regime not in REGIMES:
-        raise ValueError(f"arm {arm!r}: give INIT or INIT/REGIME with INIT in {INITS} and REGIME in {tuple(REGIMES)}")
+    if init not in INITS:
+        raise ValueError(f"arm {arm!r}: give INIT or INIT/REGIME with INIT in {INITS}")
+    try:
+        regime_spec(regime)
+    except ValueError as err:
+        raise ValueError(f"arm {arm!r}: {err}") from None
     return init, regime
+
+
+def regime_suffix(regime: str) -> str:
+    """The suffix of a regime's differences in the JSON: '' for the full recipe."""
+    return {"full": "", "genre": "_unseen_genre"}.get(regime, "_" + regime.replace("-", "_"))
 
 
 def arm_name(init: str, regime: str) -> str:
@@ -106,11 +138,14 @@ def compare(runs: list[dict]) -> dict:
             return round(arms[a]["mean"]["layout_reading"] - arms[b]["mean"]["layout_reading"], 2)
         return None
 
-    for regime in REGIMES:
-        suffix = "" if regime == "full" else "_" + regime.replace("-", "_")
+    regimes = sorted({parse_arm(name)[1] for name in arms}, key=lambda r: (r != "full", r))
+    for regime in regimes:
+        suffix = regime_suffix(regime)
         value = diff(arm_name("pretrained", regime), arm_name("random", regime))
         if value is not None:
             diffs[f"pretrained_minus_random{suffix}"] = value
+            if regime == "full":
+                diffs["pretrained_minus_random_labels_all"] = value
         for ablation in INITS[2:]:
             value = diff(arm_name(ablation, regime), arm_name("pretrained", regime))
             if value is not None:
@@ -142,20 +177,26 @@ class Runner:
         self.data = ["data=corpus_mixed", f"data.train_set.datasets.0.root={self.corpus}",
                      f"data.val_set.root={self.corpus}"]
 
-    def train_or_reuse(self, out: Path, overrides: list[str], steps: int) -> Path:
-        """`out`'s last.ckpt after `steps` steps: reused, resumed or trained."""
+    def done(self, ckpt: Path, steps: int) -> bool:
         from dociq.io.checkpoint import read_checkpoint
 
+        return ckpt.is_file() and int(read_checkpoint(ckpt).get("global_step", 0)) >= steps
+
+    def command(self, out: Path, overrides: list[str]) -> list[str]:
+        """The overrides of a run into `out`, resuming its last.ckpt when one is there."""
         ckpt = out / "checkpoints" / "last.ckpt"
-        resume = []
-        if ckpt.is_file():
-            done = int(read_checkpoint(ckpt).get("global_step", 0))
-            if done >= steps:
-                print(f"[eval_pretraining] reusing {ckpt} (step {done})", flush=True)
-                return ckpt
-            print(f"[eval_pretraining] resuming {ckpt} from step {done}", flush=True)
-            resume = [f"ckpt_path={ckpt}"]
-        overrides = [*overrides, f"paths.output_dir={out}", *resume]
+        resume = [f"ckpt_path={ckpt}"] if ckpt.is_file() else []
+        if resume:
+            print(f"[eval_pretraining] resuming {ckpt}", flush=True)
+        return [*overrides, f"paths.output_dir={out}", *resume]
+
+    def train_or_reuse(self, out: Path, overrides: list[str], steps: int) -> Path:
+        """`out`'s last.ckpt after `steps` steps: reused, resumed or trained (in this process)."""
+        ckpt = out / "checkpoints" / "last.ckpt"
+        if self.done(ckpt, steps):
+            print(f"[eval_pretraining] reusing {ckpt}", flush=True)
+            return ckpt
+        overrides = self.command(out, overrides)
         print(f"[eval_pretraining] python train.py {' '.join(overrides)}", flush=True)
         run_stage(overrides)
         if not ckpt.is_file():
@@ -175,45 +216,134 @@ class Runner:
         name = "pretrain" if init == "pretrained" else f"pretrain-{init}"
         return self.train_or_reuse(self.args.workdir / f"{name}_s{seed}", overrides, steps)
 
-    def finetune(self, init: str, regime: str, seed: int) -> tuple[Path, Path | None, list[str] | None]:
-        """(fine-tuned checkpoint, the pretraining checkpoint it started from, its overrides)."""
-        step_share, label_share = REGIMES[regime]
+    def finetune_job(self, init: str, regime: str, seed: int) -> dict:
+        """Where a fine-tuning run goes, its overrides and steps, the pretraining it starts from."""
+        step_share, labels = regime_spec(regime)
         steps = max(1, round(self.args.steps * step_share))
         pretrain = None if init == "random" else self.pretrain_ckpt(init, seed)
         overrides = ["stage=finetune", *self.data, f"trainer.max_steps={steps}",
                      f"trainer.val_check_interval={min(steps, self.args.val_every)}",
                      f"init.from={pretrain}" if pretrain else "init.from=null", f"seed={seed}"]
-        if label_share < 1:
+        if labels is not None:
             from dociq.data.datasets.corpus.dataset import CorpusDocuments
-            pages = max(1, round(len(CorpusDocuments(self.corpus, split="train")) * label_share))
+            pages = labels if isinstance(labels, int) else \
+                max(1, round(len(CorpusDocuments(self.corpus, split="train")) * labels))
             overrides.append(f"data.train_set.datasets.0.max_pages={pages}")
+        if regime == "genre":
+            overrides.append(f"data.train_set.datasets.0.packages=[{','.join(self.labelled_packages())}]")
         overrides += [*self.args.override, *self.args.finetune_override]
         given = self.args.reuse.get(f"{arm_name(init, regime)}:{seed}")
         if given is not None:   # a run made elsewhere: resumed in its folder when it is short of steps
-            return self.train_or_reuse(given, overrides, steps), pretrain, hydra_overrides(given) or overrides
-        out = self.args.workdir / f"{init}{'' if regime == 'full' else '-' + regime}_s{seed}"
-        return self.train_or_reuse(out, overrides, steps), pretrain, overrides
+            out, recorded = given, hydra_overrides(given) or overrides
+        else:
+            out, recorded = self.args.workdir / f"{init}{'' if regime == 'full' else '-' + regime}_s{seed}", overrides
+        return {"out": out, "overrides": overrides, "recorded": recorded, "steps": steps, "pretrain": pretrain}
 
-    def evaluate(self, ckpt: Path) -> dict:
-        """`dociq eval`'s prompt sets on the held-out split, cached beside the checkpoint."""
+    def labelled_packages(self) -> list[str]:
+        """The training split's packages less --genre-package: what the genre regime labels."""
         from dociq.data.datasets.corpus.dataset import CorpusDocuments
-        from dociq.evaluation.heldout import evaluate, load_task
+
+        package = self.args.genre_package
+        if not package:
+            raise ValueError("the genre regime needs --genre-package P: the package whose pages it never labels")
+        train = CorpusDocuments(self.corpus, split="train")
+        packages = sorted({train.page_meta(i)["package"] for i in range(len(train))})
+        if package not in packages:
+            raise ValueError(f"--genre-package {package!r} has no training pages in {self.corpus} (it has {packages})")
+        return [p for p in packages if p != package]
+
+    def train_all(self, jobs: list[dict]) -> None:
+        """Train every job whose last.ckpt is short of its steps: here, or --jobs at a time as
+        `python train.py` processes sharing the cores."""
+        todo = [job for job in jobs if not self.done(job["out"] / "checkpoints" / "last.ckpt", job["steps"])]
+        if self.args.jobs <= 1:
+            for job in todo:
+                self.train_or_reuse(job["out"], job["overrides"], job["steps"])
+            return
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_job(self.args.jobs))}
+        running: list[tuple[dict, subprocess.Popen]] = []
+        failed = []
+        for job in [*todo, None]:
+            while running and (job is None or len(running) >= self.args.jobs):
+                for item in list(running):
+                    if item[1].poll() is not None:
+                        running.remove(item)
+                        if item[1].returncode != 0:
+                            failed.append(item[0]["out"])
+                time.sleep(0.5)
+            if job is None:
+                break
+            job["out"].mkdir(parents=True, exist_ok=True)
+            overrides = self.command(job["out"], job["overrides"])
+            print(f"[eval_pretraining] python train.py {' '.join(overrides)}", flush=True)
+            with open(job["out"] / "train_stdout.log", "ab") as log:
+                running.append((job, subprocess.Popen([sys.executable, str(TRAIN_PY), *overrides], env=env,
+                                                      stdout=log, stderr=subprocess.STDOUT)))
+        if failed:
+            raise RuntimeError(f"fine-tuning failed in {[str(f) for f in failed]}: see train_stdout.log there")
+
+    def eval_packages(self, regime: str) -> list[str] | None:
+        return [self.args.genre_package] if regime == "genre" else None
+
+    def cached(self, ckpt: Path, packages: list[str] | None) -> tuple[Path, dict, dict | None]:
+        """(cache file, its key, the cached results or None)."""
         from dociq.io.checkpoint import read_checkpoint
 
-        cache = ckpt.parent.parent / "eval_real.json"
+        cache = ckpt.parent.parent / ("eval_real.json" if packages is None else f"eval_real_{'_'.join(packages)}.json")
         step = int(read_checkpoint(ckpt).get("global_step", 0))
         key = {"checkpoint": str(ckpt.resolve()), "global_step": step, "corpus": str(self.corpus),
                "split": "val", "pages": self.args.eval_pages, "prompt_sets": list(PROMPT_SETS)}
+        if packages is not None:
+            key["packages"] = packages
         if cache.is_file():
             cached = json.loads(cache.read_text())
             if cached.get("key") == key:
-                return cached["results"]
-        t0 = time.time()
-        results = evaluate(load_task(ckpt), self.args.eval_pages, prompt_sets=PROMPT_SETS,
-                           data=CorpusDocuments(self.corpus, split="val"))
-        print(f"[eval_pretraining] evaluated {ckpt} in {time.time() - t0:.0f} s", flush=True)
-        cache.write_text(json.dumps({"key": key, "results": results}, indent=1))
-        return results
+                return cache, key, cached["results"]
+        return cache, key, None
+
+    def evaluate_all(self, items: list[tuple[Path, list[str] | None]]) -> list[dict]:
+        """`dociq eval`'s prompt sets on the held-out split of each (checkpoint, packages), cached
+        beside the checkpoint; --jobs at a time."""
+        found = [self.cached(ckpt, packages) for ckpt, packages in items]
+        todo = [i for i, (_, _, results) in enumerate(found) if results is None]
+        calls = [(str(items[i][0]), str(self.corpus), self.args.eval_pages, items[i][1]) for i in todo]
+        if self.args.jobs <= 1:
+            fresh = [evaluate_checkpoint(*call) for call in calls]
+        else:
+            with ProcessPoolExecutor(self.args.jobs, mp_context=get_context("spawn"),
+                                     initializer=_limit_threads, initargs=(threads_per_job(self.args.jobs),)) as pool:
+                fresh = list(pool.map(evaluate_checkpoint, *zip(*calls)))
+        out = [results for _, _, results in found]
+        for i, results in zip(todo, fresh):
+            cache, key, _ = found[i]
+            cache.write_text(json.dumps({"key": key, "results": results}, indent=1))
+            out[i] = results
+        return out
+
+
+TRAIN_PY = Path(__file__).resolve().parents[1] / "train.py"
+
+
+def threads_per_job(jobs: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+
+def _limit_threads(threads: int) -> None:
+    import torch
+    torch.set_num_threads(threads)
+
+
+def evaluate_checkpoint(ckpt: str, corpus: str, pages: int | None, packages: list[str] | None) -> dict:
+    """One checkpoint's held-out results (a top-level function: it runs in worker processes too)."""
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+    from dociq.evaluation.heldout import evaluate, load_task
+
+    t0 = time.time()
+    results = evaluate(load_task(ckpt), pages, prompt_sets=PROMPT_SETS,
+                       data=CorpusDocuments(corpus, split="val", packages=packages))
+    print(f"[eval_pretraining] evaluated {ckpt}{'' if packages is None else f' on {packages}'} "
+          f"in {time.time() - t0:.0f} s", flush=True)
+    return results
 
 
 def hydra_overrides(run_dir: Path) -> list[str] | None:
@@ -277,11 +407,15 @@ def main(argv: list[str] | None = None) -> dict:
                    help="reuse a finished fine-tuning run, e.g. --run pretrained:0=outputs/finetune/runs/x")
     p.add_argument("--probe", action="store_true", help="also the unit-class probe on real pages")
     p.add_argument("--probe-pages", nargs=2, type=int, default=[192, 64], metavar=("TRAIN", "TEST"))
+    p.add_argument("--genre-package", help="the package the genre regime never labels and is scored on")
+    p.add_argument("--jobs", type=int, default=1, help="fine-tuning runs (and evaluations) at a time")
     p.add_argument("--override", action="append", default=[], help="Hydra override for every run")
     p.add_argument("--pretrain-override", action="append", default=[])
     p.add_argument("--finetune-override", action="append", default=[])
     args = p.parse_args(argv)
     arms = [parse_arm(a) for a in args.arms]
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give at least 1")
     args.workdir = args.workdir.resolve()
     args.reuse = {}
     for spec in args.run:
@@ -308,16 +442,21 @@ def main(argv: list[str] | None = None) -> dict:
         print(table(runs, comparison), flush=True)
         return out
 
-    for init, regime in arms:
-        for seed in args.seeds:
-            ckpt, pretrain, overrides = runner.finetune(init, regime, seed)
-            if pretrain:
-                pretrained[(init, seed)] = pretrain
-            results = runner.evaluate(ckpt)
+    planned = [(init, regime, seed, runner.finetune_job(init, regime, seed)) for init, regime in arms for seed in args.seeds]
+    # one run at a time: trained, evaluated and saved in turn, so a crash keeps what was measured;
+    # --jobs N: every run trained N at a time, then every checkpoint evaluated N at a time
+    batches = [planned] if args.jobs > 1 else [[item] for item in planned]
+    for batch in batches:
+        runner.train_all([job for *_, job in batch])
+        items = [(job["out"] / "checkpoints" / "last.ckpt", runner.eval_packages(regime)) for _, regime, _, job in batch]
+        for (init, regime, seed, job), (ckpt, packages), results in zip(batch, items, runner.evaluate_all(items)):
+            if job["pretrain"]:
+                pretrained[(init, seed)] = job["pretrain"]
             runs.append({"arm": arm_name(init, regime), "seed": seed, "checkpoint": str(ckpt),
-                         "pretrain_checkpoint": str(pretrain) if pretrain else None,
-                         "overrides": overrides, "summary": summarise(results), "results": results})
-            save()   # after every run: a crash keeps what was measured
+                         "pretrain_checkpoint": str(job["pretrain"]) if job["pretrain"] else None,
+                         "overrides": job["recorded"], "eval_packages": packages,
+                         "summary": summarise(results), "results": results})
+        save()
     return save(probe(pretrained, args.corpus, *args.probe_pages) if args.probe and pretrained else None)
 
 

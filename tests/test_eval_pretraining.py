@@ -85,3 +85,47 @@ def test_pretrained_and_random_arms_run_evaluate_and_are_reused(tmp_path, monkey
     monkeypatch.setattr(eval_pretraining, "run_stage", no_training)
     again = eval_pretraining.main(["--json", str(tmp_path / "again.json"), *[a for a in args if a != "--probe"]])
     assert again["pretrained_minus_random"] == data["pretrained_minus_random"]
+
+
+def test_regimes_name_their_differences_and_reject_typos():
+    assert eval_pretraining.regime_spec("labels-50") == (1.0, 50)
+    assert eval_pretraining.regime_suffix("labels-50") == "_labels_50"
+    assert eval_pretraining.regime_suffix("genre") == "_unseen_genre"
+    for bad in ("labels-0", "labels-x", "labels"):
+        with pytest.raises(ValueError, match="labels-N"):
+            eval_pretraining.parse_arm(f"random/{bad}")
+
+    def run(arm, layout):
+        return {"arm": arm, "seed": 0, "summary": eval_pretraining.summarise(_result(layout, layout))}
+    out = eval_pretraining.compare([run("pretrained/labels-50", 0.5), run("random/labels-50", 0.2),
+                                    run("pretrained/genre", 0.3), run("random/genre", 0.35),
+                                    run("pretrained", 0.4), run("random", 0.39)])
+    assert out["pretrained_minus_random_labels_50"] == 30.0
+    assert out["pretrained_minus_random_unseen_genre"] == -5.0
+    assert out["pretrained_minus_random_labels_all"] == out["pretrained_minus_random"] == 1.0
+
+
+def test_label_budget_and_unseen_genre_arms_train_side_by_side(tmp_path):
+    """--jobs 2: the runs train as two `python train.py` processes and are evaluated two at a time;
+    labels-N keeps N labelled pages, the genre regime labels no page of --genre-package and is
+    scored on that package's held-out pages only."""
+    corpus = tmp_path / "corpus"
+    build(corpus)
+    out_json = tmp_path / "r.json"
+    eval_pretraining.main(["--json", str(out_json), "--corpus", str(corpus), "--workdir", str(tmp_path / "work"),
+                           "--seeds", "0", "--arms", "random/labels-2", "random/genre", "--genre-package", "beta",
+                           "--jobs", "2", "--steps", "2", "--val-every", "2", *[f"--override={o}" for o in SMALL]])
+    data = json.loads(out_json.read_text())
+    labels, genre = data["runs"]
+    assert "data.train_set.datasets.0.max_pages=2" in labels["overrides"]
+    assert "data.train_set.datasets.0.packages=[alpha]" in genre["overrides"]
+    assert labels["eval_packages"] is None and genre["eval_packages"] == ["beta"]
+    for run in data["runs"]:
+        assert Path(run["checkpoint"]).is_file()
+        assert (Path(run["checkpoint"]).parents[1] / "train_stdout.log").is_file()
+    # the held-out split is beta's two pages: all of it for labels-2, beta's for the genre run
+    assert labels["summary"]["prompts"]["layout"] == genre["summary"]["prompts"]["layout"] == 2
+    with pytest.raises(ValueError, match="gamma"):
+        eval_pretraining.main(["--json", str(out_json), "--corpus", str(corpus), "--workdir", str(tmp_path / "w2"),
+                               "--seeds", "0", "--arms", "random/genre", "--genre-package", "gamma",
+                               "--steps", "2", *[f"--override={o}" for o in SMALL]])

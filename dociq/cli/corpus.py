@@ -4,6 +4,7 @@
     dociq corpus build data/debian data/corpus       # every PDF / HTML / Mallard page under it
     dociq corpus export data/corpus val.json --split val
     dociq corpus audit data/corpus docs/img/corpus_audit.png --pages 50
+    dociq corpus shrink data/corpus data/corpus_384 --max-side 384   # a copy small enough to carry
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dociq.data.datasets.corpus.audit import draw_audit
 from dociq.data.datasets.corpus.build import BuildSettings, build_corpus, default_workers
 from dociq.data.datasets.corpus.export import export_coco
 from dociq.data.datasets.corpus.label_document import LabelSettings
+from dociq.data.datasets.corpus.shrink import shrink_corpus
 from dociq.data.datasets.corpus.sources import DEBIAN_PACKAGES, RECIPE_PACKAGES, fetch_debian_packages
 
 
@@ -49,6 +51,14 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("annotations", type=Path)
     export.add_argument("--split", choices=["train", "val"], default=None)
     export.add_argument("--max-pages", type=int, default=None)
+
+    shrink = sub.add_parser("shrink", help="copy a built corpus with smaller JPEG pages (boxes scaled)")
+    shrink.add_argument("corpus", type=Path)
+    shrink.add_argument("out", type=Path)
+    shrink.add_argument("--max-side", type=int, default=512, help="longest side of a page, pixels")
+    shrink.add_argument("--quality", type=int, default=85, help="JPEG quality, 1-95")
+    shrink.add_argument("--max-pages", nargs="+", default=[], metavar="SPLIT=N",
+                        help="keep N pages of SPLIT, spread over its documents (e.g. train=400)")
 
     audit = sub.add_parser("audit", help="draw the labels of pages from different documents")
     audit.add_argument("corpus", type=Path)
@@ -90,6 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "export":
         path = export_coco(args.corpus, args.annotations, split=args.split, max_pages=args.max_pages)
         print(f"[corpus] wrote {path}")
+        return 0
+    if args.action == "shrink":
+        limits = {}
+        for spec in args.max_pages:
+            split, _, count = spec.partition("=")
+            if not split or not count.isdigit() or int(count) < 1:
+                raise ValueError(f"--max-pages {spec!r}: give SPLIT=N with N >= 1, e.g. train=400")
+            limits[split] = int(count)
+        summary = shrink_corpus(args.corpus, args.out, max_side=args.max_side, quality=args.quality,
+                                max_pages=limits)
+        print(f"[corpus] wrote {args.out}: {summary['pages']} pages")
         return 0
     if args.action == "audit":
         path = draw_audit(args.corpus, args.out, pages=args.pages, split=args.split, seed=args.seed)

@@ -30,6 +30,7 @@ from dociq.io.checkpoint import read_checkpoint
 from dociq.optim.strategy import allowing_unused_parameters, resolve_strategy  # registers dociq's strategies
 from dociq.training.callbacks import LoggerRunIds, RngState, SkippedPages, StopOnNonFinite
 from dociq.training.checkpoint_io import AtomicCheckpointIO
+from dociq.training.precision import precision_plugins
 from dociq.training.config import CONFIG_DIR, register_resolvers
 from dociq.training.config_checks import check_config
 from dociq.training.fsdp import FSDP2Strategy  # noqa: F401 - registers trainer.strategy=fsdp2
@@ -141,8 +142,8 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
     callbacks += extra
     if isinstance(trainer_kwargs.get("profiler"), dict):   # e.g. debug=profiler: a profiler with a file
         trainer_kwargs["profiler"] = instantiate(cfg.trainer.profiler)
-    return L.Trainer(**trainer_kwargs, logger=loggers, callbacks=callbacks,
-                     plugins=[AtomicCheckpointIO()])
+    plugins = [AtomicCheckpointIO(), *precision_plugins(trainer_kwargs, trainer_kwargs["strategy"])]
+    return L.Trainer(**trainer_kwargs, logger=loggers, callbacks=callbacks, plugins=plugins)
 
 
 def finish_wandb_runs(trainer: L.Trainer) -> None:

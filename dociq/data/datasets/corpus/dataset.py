@@ -152,16 +152,25 @@ class CorpusDocuments(Dataset):
         index = self._checked_index(index)
         return {**self._pages[index], "shard": self._shard_names[self._shard_of[index]]}
 
+    def stored_item(self, index: int) -> dict:
+        """The page at `index` as stored: {"key", "png": image bytes, "json": the record}."""
+        index = self._checked_index(index)
+        shard, position = int(self._shard_of[index]), int(self._position[index])
+        key = self._pages[index]["key"]
+        item = self._reader(shard)[position]
+        if not isinstance(item, dict) or item.get("key") != key:
+            where = self.root / SHARD_DIR / self._shard_names[shard]
+            found = item.get("key") if isinstance(item, dict) else type(item).__name__
+            raise BadSampleError(where, f"item {position} is {found!r}, but the manifest lists page {key!r} there",
+                                 f"{_rebuild_hint(where)}, {_SKIP_HINT}")
+        return item
+
     def load_page(self, index: int) -> Page:
         """The page at `index`; raises BadSampleError whatever `on_bad_sample` says."""
         shard, position = int(self._shard_of[index]), int(self._position[index])
         key = self._pages[index]["key"]
         where = self.root / SHARD_DIR / self._shard_names[shard]
-        item = self._reader(shard)[position]
-        if not isinstance(item, dict) or item.get("key") != key:
-            found = item.get("key") if isinstance(item, dict) else type(item).__name__
-            raise BadSampleError(where, f"item {position} is {found!r}, but the manifest lists page {key!r} there",
-                                 f"{_rebuild_hint(where)}, {_SKIP_HINT}")
+        item = self.stored_item(index)
         try:
             page = record_to_page(item["png"], item["json"])
         except (KeyError, IndexError, TypeError, ValueError, OSError) as err:
