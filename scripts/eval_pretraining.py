@@ -47,7 +47,7 @@ import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -306,18 +306,23 @@ class Runner:
         beside the checkpoint; --jobs at a time."""
         found = [self.cached(ckpt, packages) for ckpt, packages in items]
         todo = [i for i, (_, _, results) in enumerate(found) if results is None]
-        calls = [(str(items[i][0]), str(self.corpus), self.args.eval_pages, items[i][1]) for i in todo]
-        if self.args.jobs <= 1:
-            fresh = [evaluate_checkpoint(*call) for call in calls]
-        else:
-            with ProcessPoolExecutor(self.args.jobs, mp_context=get_context("spawn"),
-                                     initializer=_limit_threads, initargs=(threads_per_job(self.args.jobs),)) as pool:
-                fresh = list(pool.map(evaluate_checkpoint, *zip(*calls)))
         out = [results for _, _, results in found]
-        for i, results in zip(todo, fresh):
+
+        def keep(i: int, results: dict) -> None:   # cached as it comes: a killed run keeps what it scored
             cache, key, _ = found[i]
             cache.write_text(json.dumps({"key": key, "results": results}, indent=1))
             out[i] = results
+
+        calls = {i: (str(items[i][0]), str(self.corpus), self.args.eval_pages, items[i][1]) for i in todo}
+        if self.args.jobs <= 1:
+            for i, call in calls.items():
+                keep(i, evaluate_checkpoint(*call))
+            return out
+        with ProcessPoolExecutor(self.args.jobs, mp_context=get_context("spawn"),
+                                 initializer=_limit_threads, initargs=(threads_per_job(self.args.jobs),)) as pool:
+            futures = {pool.submit(evaluate_checkpoint, *call): i for i, call in calls.items()}
+            for future in as_completed(futures):
+                keep(futures[future], future.result())
         return out
 
 
@@ -338,8 +343,11 @@ def evaluate_checkpoint(ckpt: str, corpus: str, pages: int | None, packages: lis
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
     from dociq.evaluation.heldout import evaluate, load_task
 
+    import torch
+
     t0 = time.time()
-    results = evaluate(load_task(ckpt), pages, prompt_sets=PROMPT_SETS,
+    task = load_task(ckpt).to("cuda" if torch.cuda.is_available() else "cpu")
+    results = evaluate(task, pages, prompt_sets=PROMPT_SETS,
                        data=CorpusDocuments(corpus, split="val", packages=packages))
     print(f"[eval_pretraining] evaluated {ckpt}{'' if packages is None else f' on {packages}'} "
           f"in {time.time() - t0:.0f} s", flush=True)

@@ -126,6 +126,7 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     metrics, snapped_sets, painted_sets = _metric_sets(prompt_sets, heuristics, snap)
     by_class = MeanByName()
     use_ocr = task.use_ocr
+    device = next(task.parameters()).device
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
@@ -151,7 +152,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 task.use_ocr = use_ocr and with_ocr
                 b, prompt_pages = (region_batch, region_pages) if name.endswith("_region") else (batch, page_list)
                 kinds = [k for page in b["prompt_kind"] for k in page]
-                out = task.run_rounds(b, 1, kinds=prompt_kinds)
+                # the model runs where its weights are (a GPU too); scoring stays on the CPU
+                out = to_device(task.run_rounds(to_device(b, device), 1, kinds=prompt_kinds), torch.device("cpu"))
                 valid, targets = out["valid"], targets_of(b, prompt_pages)[out["valid"]]
                 masks = to_frame(out["masks"], frame)
                 iou, _ = metrics[name].update(masks[valid], targets, kinds)
@@ -178,6 +180,19 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
     finally:
         task.use_ocr = use_ocr
     return metric_results(metrics, by_class)
+
+
+def to_device(data, device: torch.device):
+    """Tensors in nested dicts / lists / tuples moved to `device`; anything else as it is."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, dict):
+        return {k: to_device(v, device) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):   # a named tuple
+        return type(data)(*(to_device(v, device) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(to_device(v, device) for v in data)
+    return data
 
 
 def metric_results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByName") -> dict:
