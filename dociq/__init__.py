@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import importlib
 
-from dociq import _moved
-
-_moved.install()
-
 _PUBLIC = {
     "Predictor": "dociq.inference.predictor",
     "PageSegmenter": "dociq.inference.automatic",

@@ -161,33 +161,16 @@ def test_function_level_imports_of_dociq_say_why():
         "\n".join(unexplained)
 
 
-def test_old_import_paths_still_work_and_warn():
-    import importlib
-    import warnings
+def test_no_compatibility_layer_at_0x():
+    """Old module paths are gone, not aliased (CHANGELOG.md lists them): importing dociq adds no
+    import hook, and a moved module is found at its one path only."""
+    import importlib.util
+    import sys
 
     import dociq
-    from dociq import _moved
-
-    for old, new in [("dociq.predict", "dociq.inference.predictor"), ("dociq.tasks.segment", "dociq.training.tasks.segment")]:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            import sys
-            sys.modules.pop(old, None)
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new)
-        assert module.__spec__.name == new
-        assert any(new in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("dociq")]
+    for old in ("dociq.predict", "dociq.tasks", "dociq.data.coco", "dociq.engine.cli"):
+        assert importlib.util.find_spec(old) is None, old
     assert dociq.Predictor is importlib.import_module("dociq.inference.predictor").Predictor
-    assert all(owning_module(target) == target for target in _moved.MOVED.values()), "an alias points nowhere"
-
-
-def test_the_synthetic_module_that_became_a_package_still_gives_its_names():
-    import warnings
-
-    from dociq.data.synthetic.generator import SyntheticDocuments
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from dociq.data.synthetic import SyntheticDocuments as old
-    assert old is SyntheticDocuments
-    assert any("dociq.data.synthetic.generator.SyntheticDocuments" in str(w.message) for w in caught)
+    with pytest.raises(AttributeError):
+        importlib.import_module("dociq.data.synthetic").SyntheticDocuments

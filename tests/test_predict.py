@@ -136,7 +136,7 @@ def test_snap_to_words_snaps_every_returned_mask(predictor):
     with predictor.snapping(None):
         raw, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
     with predictor.snapping("words"):
-        assert predictor.snap_to_words
+        assert predictor.snap == "words"
         snapped, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
     assert predictor.snap == "blocks"                  # the default, back after the block
     for r, s in zip(raw, snapped):

@@ -48,8 +48,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from dociq.engine.importer import import_folder
 from dociq.engine.label_studio import register_routes as register_label_studio_routes
 from dociq.engine.page_cache import PageCache
-# the routes' shared pieces; mask_to_rle, rle_to_mask, retrain_available, ... are also this module's
-# names, as they were before dociq.engine.service held them
+# the routes' shared pieces
 from dociq.engine.service import (
     DEFAULT_MAX_UPLOAD_BYTES, Engine, RequestError, mask_box, mask_png, mask_to_rle, model_version_of,
     page_proposals, retrain_available, rle_to_mask, start_retrain,

@@ -125,8 +125,7 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                                max_questions=max_questions, seed=seed)
     metrics, snapped_sets, painted_sets = _metric_sets(prompt_sets, heuristics, snap)
     by_class = MeanByName()
-    use_ocr = task.use_ocr
-    device = next(task.parameters()).device
+    use_ocr, device = task.use_ocr, next(task.parameters()).device   # the model's device: a GPU too
     try:
         for start in track(range(0, pages, batch_size), desc="held-out batches"):
             page_list = [data[i] for i in range(start, min(pages, start + batch_size))]
@@ -152,7 +151,6 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
                 task.use_ocr = use_ocr and with_ocr
                 b, prompt_pages = (region_batch, region_pages) if name.endswith("_region") else (batch, page_list)
                 kinds = [k for page in b["prompt_kind"] for k in page]
-                # the model runs where its weights are (a GPU too); scoring stays on the CPU
                 out = to_device(task.run_rounds(to_device(b, device), 1, kinds=prompt_kinds), torch.device("cpu"))
                 valid, targets = out["valid"], targets_of(b, prompt_pages)[out["valid"]]
                 masks = to_frame(out["masks"], frame)
@@ -183,7 +181,8 @@ def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, b
 
 
 def to_device(data, device: torch.device):
-    """Tensors in nested dicts / lists / tuples moved to `device`; anything else as it is."""
+    """Tensors in nested dicts / lists / tuples moved to `device`; anything else as it is (the model
+    answers on its device, the scoring stays on the CPU)."""
     if isinstance(data, torch.Tensor):
         return data.to(device)
     if isinstance(data, dict):

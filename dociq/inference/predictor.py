@@ -68,14 +68,13 @@ class Predictor:
 
     def __init__(self, model: SegmentationModel, image_size: int, use_ocr: bool = True,
                  ocr_tokenizer: OcrTokenizer | None = None, device: str | torch.device = "cpu",
-                 max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, snap_to_words: bool = False,
-                 snap: str | None = DEFAULT_SNAP) -> None:
+                 max_question_words: int = DEFAULT_MAX_QUESTION_WORDS, snap: str | None = DEFAULT_SNAP) -> None:
         self.device = check_device(device)
         # Masks drawn at word-box precision (dociq.models.word_snap): "words" snaps the text parts of
         # each mask to the box around their OCR words; "blocks" (the default) also completes each text
         # block the mask holds or a click lands in, and keeps a box prompt's mask inside its box;
         # None returns the decoder's masks as they are.
-        self.snap = "words" if snap_to_words else snap
+        self.snap = snap
         self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
@@ -107,15 +106,6 @@ class Predictor:
             yield self
         finally:
             self.snap = own
-
-    @property
-    def snap_to_words(self) -> bool:
-        """True when masks are snapped to their words (`snap="words"`); kept for older callers."""
-        return self._snap == "words"
-
-    @snap_to_words.setter
-    def snap_to_words(self, value: bool) -> None:
-        self.snap = "words" if value else None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
