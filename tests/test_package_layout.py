@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,12 @@ def test_no_compatibility_layer_at_0x():
     assert dociq.Predictor is importlib.import_module("dociq.inference.predictor").Predictor
     with pytest.raises(AttributeError):
         importlib.import_module("dociq.data.synthetic").SyntheticDocuments
+
+
+def test_command_line_parsing_lives_in_cli():
+    """Every argparse of the package is in dociq/cli (CONTRIBUTING.md): a library module takes
+    arguments, the command that reads them from a terminal is a cli module."""
+    offenders = [str(path.relative_to(PACKAGE.parent)) for path in PACKAGE.rglob("*.py")
+                 if "cli" not in path.relative_to(PACKAGE).parts[:1]
+                 and re.search(r"^\s*(import argparse|from argparse import)", path.read_text(), re.M)]
+    assert not offenders, f"argparse outside dociq/cli: {offenders}"

@@ -4,8 +4,8 @@
     dociq engine export   --data DIR --out FILE.json [--split train|heldout] [--include-empty]
     dociq engine progress --data DIR [--json]
     dociq engine split    --data DIR [--fraction 0.2] [--seed 0]
-    dociq engine serve    --data DIR [--checkpoint CKPT] [--port 8765]   # dociq.engine.server.main
-    dociq engine retrain  --data DIR [--steps N] [--checkpoint CKPT]    # dociq.engine.retrain.main
+    dociq engine serve    --data DIR [--checkpoint CKPT] [--port 8765]   # dociq.cli.engine_serve
+    dociq engine retrain  --data DIR [--steps N] [--checkpoint CKPT]    # dociq.cli.engine_retrain
 
 SRC of `import` is a folder (page images, PDFs, zips), one such file, a COCO JSON, or a FUNSD
 folder (the one holding training_data/ and testing_data/). `import` creates the store when
@@ -121,7 +121,7 @@ def run_split(ns) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    delegated = {"serve": "dociq.engine.server", "retrain": "dociq.engine.retrain"}
+    delegated = {"serve": "dociq.cli.engine_serve", "retrain": "dociq.cli.engine_retrain"}
     if argv and argv[0] in delegated:
         name = delegated[argv[0]]
         try:

@@ -284,6 +284,7 @@ def test_one_real_round_on_a_tiny_store(tmp_path, finetune_checkpoint):
 
 
 def test_cli_runs_a_round_and_reports_it(tmp_path, monkeypatch, capsys):
+    from dociq.cli.engine import main as engine_main
     from dociq.engine import retrain
 
     store, pages = _engine_store(tmp_path)
@@ -293,8 +294,8 @@ def test_cli_runs_a_round_and_reports_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(retrain, "train_subprocess", _fake_train(tmp_path))
     monkeypatch.setattr(retrain, "heldout_miou", lambda ckpt, anns, s: {
         "miou": 0.5 if Path(ckpt).read_bytes() == b"old weights" else 0.55, "per_kind": {}})
-    assert retrain.main(["--data", str(store.data_dir), "--steps", "5", "--checkpoint", str(base),
-                         "--heldout-min", "2"]) == 0
+    assert engine_main(["retrain", "--data", str(store.data_dir), "--steps", "5", "--checkpoint", str(base),
+                        "--heldout-min", "2"]) == 0
     out = capsys.readouterr().out
     assert "round 1:" in out and "50.0 -> 55.0" in out and "PROMOTED" in out
     assert store.checkpoint() is not None and store.checkpoint() != base.resolve()
@@ -304,6 +305,6 @@ def test_cli_runs_a_round_and_reports_it(tmp_path, monkeypatch, capsys):
         job.log_path.write_text("boom")
         raise retrain.RoundFailedError(f"the round's training run failed; its log is {job.log_path}", job.log_path)
     monkeypatch.setattr(retrain, "train_subprocess", failing)
-    assert retrain.main(["--data", str(store.data_dir), "--steps", "5", "--heldout-min", "2"]) == 1
+    assert engine_main(["retrain", "--data", str(store.data_dir), "--steps", "5", "--heldout-min", "2"]) == 1
     assert "train.log" in capsys.readouterr().err
     assert len(store.rounds()) == 1

@@ -415,14 +415,16 @@ def test_check_bind(monkeypatch, capsys):
 
 
 def test_main_refuses_a_network_host_without_token(tmp_path, monkeypatch, capsys):
+    from dociq.cli.engine_serve import main as serve_main
+
     monkeypatch.delenv(server.TOKEN_ENV, raising=False)
-    code = server.main([str(tmp_path / "data"), "--host", "0.0.0.0", "--checkpoint", "x.ckpt"])
+    code = serve_main([str(tmp_path / "data"), "--host", "0.0.0.0", "--checkpoint", "x.ckpt"])
     err = capsys.readouterr().err
     assert code == 2 and "WARNING" in err and "no token" in err
-    code = server.main(["--data", str(tmp_path / "missing")])
+    code = serve_main(["--data", str(tmp_path / "missing")])
     assert code == 2 and "engine store" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        server.main([])                     # no store folder: argparse's usage error
+        serve_main([])                      # no store folder: argparse's usage error
 
 
 def test_rle_helpers_round_trip():
