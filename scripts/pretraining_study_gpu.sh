@@ -12,7 +12,7 @@
 #   CORPUS=data/corpus_384 WORK=outputs/gpu_study bash scripts/pretraining_study_gpu.sh
 #
 # Writes WORK/study.json (the eval_pretraining JSON), WORK/pretrain/ (the run) and WORK/timings.txt.
-# docs/pretrain.md, "At GPU scale", has the table this made and the commands around it.
+# docs/pretrain.md, "At GPU scale", describes the study; tests/test_eval_pretraining.py runs it on the CPU.
 set -euo pipefail
 CORPUS=${CORPUS:-data/corpus_384}
 WORK=${WORK:-outputs/gpu_study}

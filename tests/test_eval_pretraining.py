@@ -129,3 +129,27 @@ def test_label_budget_and_unseen_genre_arms_train_side_by_side(tmp_path):
         eval_pretraining.main(["--json", str(out_json), "--corpus", str(corpus), "--workdir", str(tmp_path / "w2"),
                                "--seeds", "0", "--arms", "random/genre", "--genre-package", "gamma",
                                "--steps", "2", *[f"--override={o}" for o in SMALL]])
+
+
+@pytest.mark.slow
+def test_the_gpu_study_script_runs_end_to_end_on_the_cpu(tmp_path):
+    """scripts/pretraining_study_gpu.sh with TRAINER=cpu and tiny pages: smoke, step times turned
+    into step counts, pretraining, 16 fine-tuning runs two at a time, the JSON with every key."""
+    import os
+    import subprocess
+
+    corpus = tmp_path / "corpus"
+    build(corpus)
+    env = {**os.environ, "CORPUS": str(corpus), "WORK": str(tmp_path / "work"), "TRAINER": "cpu", "JOBS": "2",
+           "SMOKE_STEPS": "2", "PRETRAIN_SECONDS": "1", "FINETUNE_SECONDS": "1", "PRETRAIN_BATCH": "2",
+           "PRETRAIN_WORKERS": "0", "FINETUNE_SIZE": "128", "GENRE": "beta", "PY": sys.executable,
+           "EXTRA": "data.tokenizer.max_length=48 data.max_questions=2 data.train_set.datasets.1.num_pages=8"}
+    out = subprocess.run(["bash", str(REPO / "scripts" / "pretraining_study_gpu.sh")], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    data = json.loads((tmp_path / "work" / "study.json").read_text())
+    assert len(data["runs"]) == 16
+    for key in ("labels_50", "labels_200", "labels_all", "unseen_genre"):
+        assert f"pretrained_minus_random_{key}" in data
+    timings = (tmp_path / "work" / "timings.txt").read_text()
+    assert "pretraining: 20 steps" in timings and "16 runs of 20 steps" in timings

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 
-from dociq.data.image_io import atomic_file, atomic_write_text, save_page_image
+from dociq.data.image_io import save_page_image
+from dociq.io.atomic import atomic_file, atomic_write_text
 from dociq.inference.document_formats import (add_docling_page, category_ids, coco_document, coco_page,
                                               json_document, json_page, new_docling)
 from dociq.inference.documents import PageResult

@@ -1,6 +1,5 @@
 """Load any page image file as uint8 [H, W, 3] RGB, or fail with a message naming the file;
-save page images and other files atomically (temp file + os.replace; `atomic_file` for writers
-that take a file name).
+save page images atomically (dociq.io.atomic).
 
 Scans and exports come in every Pillow mode. The rules, chosen for documents:
 - transparency (RGBA, LA, PA, palette with a transparent index) is composited on white paper;
@@ -19,16 +18,14 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from dociq.data.errors import BadSampleError, check_page_pixels
+from dociq.io.atomic import atomic_write_bytes
 
 _WHITE = (255, 255, 255, 255)
 
@@ -145,42 +142,3 @@ def save_page_image(image: np.ndarray, path: str | Path) -> Path:
         buf, format=Image.registered_extensions().get(path.suffix.lower(), "PNG"))
     atomic_write_bytes(path, buf.getvalue())
     return path
-
-
-def _read_umask() -> int:
-    mask = os.umask(0o022)       # the only way to read it is to set it: once, at import
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()
-
-
-@contextmanager
-def atomic_file(path: str | Path) -> Iterator[Path]:
-    """`with atomic_file(p) as tmp: write(tmp)`: a temp file in `p`'s folder that replaces `p` (fsynced,
-    os.replace) when the block ends without an error, and is removed when it raises: a writer that
-    only takes a file name (a library's save) writes atomically too."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)     # mkstemp's 0600 would hide results from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write via a temp file in the same directory + os.replace: readers never see half a file."""
-    with atomic_file(path) as tmp:
-        tmp.write_bytes(data)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
 

@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from dociq.data.datasets.coco import category_question_text
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 from dociq.engine.store import EngineStore
 
 log = logging.getLogger(__name__)

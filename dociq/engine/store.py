@@ -39,7 +39,8 @@ import numpy as np
 from pycocotools import mask as mask_util
 
 from dociq.data.errors import check_boxes_in_page
-from dociq.data.image_io import atomic_write_bytes, load_page_image
+from dociq.data.image_io import load_page_image
+from dociq.io.atomic import atomic_write_bytes
 from dociq.io.rle import decode_rle, encode_rle   # the one COCO RLE codec; also this module's names
 
 DB_NAME = "engine.sqlite"

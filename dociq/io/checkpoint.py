@@ -28,11 +28,7 @@ from typing import Any, Mapping
 
 import torch
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+from dociq.io.atomic import file_mode
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
@@ -44,7 +40,7 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint gets the usual mode
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; a checkpoint gets the usual mode
         os.replace(tmp, path)
     except BaseException as err:
         written = Path(tmp).stat().st_size if Path(tmp).exists() else 0

@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 
 
 def read_metrics(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -36,7 +36,8 @@ from dociq.data.errors import (
     BOX_OVERSHOOT_TOLERANCE, DEFAULT_MAX_PAGE_PIXELS, BadSample, BadSampleError, BadSamplePolicy,
     check_box_in_page, check_boxes_in_page,
 )
-from dociq.data.image_io import atomic_write_text, load_page_image, save_page_image
+from dociq.data.image_io import load_page_image, save_page_image
+from dociq.io.atomic import atomic_write_text
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
 from dociq.data.text_blocks import words_in_masks

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from dociq.data.datasets.coco import write_coco
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 from dociq.data.schema import Page
 
 COCO_NAME = "annotations.json"

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from html import escape
 from pathlib import Path
 
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 
 MALLARD_NS = "http://projectmallard.org/1.0/"
 _IF_NS = "http://projectmallard.org/if/1.0/"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dociq.data.datasets.corpus.mallard import mallard_to_html
-from dociq.data.image_io import atomic_write_bytes
+from dociq.io.atomic import atomic_write_bytes
 from dociq.io.walk import Skipped, walk_documents
 
 # package -> the kind of documents it ships

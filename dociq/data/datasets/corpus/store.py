@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dociq.data.image_io import atomic_write_text
+from dociq.io.atomic import atomic_write_text
 
 log = logging.getLogger("dociq.corpus")
 
