@@ -24,7 +24,7 @@ PRETRAIN_WORKERS=${PRETRAIN_WORKERS:-12}
 GENRE=${GENRE:-python3.11-doc}
 FINETUNE_SIZE=${FINETUNE_SIZE:-384}
 MAX_FINETUNE_STEPS=${MAX_FINETUNE_STEPS:-1200}
-SMOKE_STEPS=${SMOKE_STEPS:-40}
+SMOKE_STEPS=${SMOKE_STEPS:-40}   # at least 12: the step time is read over the last 10
 TRAINER=${TRAINER:-gpu}
 EXTRA=${EXTRA:-}          # more Hydra overrides for every run (a CPU dry run: smaller pages)
 EVAL_PAGES=${EVAL_PAGES:-}  # held-out pages scored per checkpoint (default: all)
@@ -47,24 +47,36 @@ profiled() {   # profiled DIR: the overrides that write DIR/fit-profile.txt
   echo "+trainer.profiler._target_=lightning.pytorch.profilers.SimpleProfiler" "+trainer.profiler.dirpath=$1" \
        "+trainer.profiler.filename=profile"
 }
-step_seconds() {   # the mean training-step time in a SimpleProfiler report
-  awk -F'|' '/run_training_batch/ {gsub(/[ \t]/, "", $3); print $3; exit}' "$1"
+step_seconds() {   # step_seconds RUN_DIR: the step time over the run's last logged window of steps
+  # (ThroughputMonitor, CUDA-synchronised); a mean over a short run would count the first steps'
+  # one-off costs (CUDA init, kernel autotuning), tens of times a step on a GPU
+  $PY - "$1/csv/metrics.csv" <<'EOF'
+import csv, sys
+rates = [float(r["train/device/batches_per_sec"]) for r in csv.DictReader(open(sys.argv[1]))
+         if r.get("train/device/batches_per_sec")]
+print(f"{1 / rates[-1]:.4f}")
+EOF
+}
+validation_seconds() {   # validation_seconds PROFILE: one validation with its probe, in a SimpleProfiler report
+  awk -F'|' '/UnitClassProbe.on_validation_epoch_end|SingleDeviceStrategy.validation_step/ {gsub(/[ \t]/, "", $5); t += $5}
+             END {printf "%.2f\n", t}' "$1"
 }
 
 stamp "smoke: pretraining"
-$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" \
+$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" trainer.log_every_n_steps=1 \
     "paths.output_dir=$WORK/smoke/pretrain" $(profiled "$WORK/smoke/pretrain") > "$WORK/smoke_pretrain.log" 2>&1
-T_PRETRAIN=$(step_seconds "$WORK/smoke/pretrain/fit-profile.txt")
-stamp "smoke: $JOBS fine-tuning runs side by side (pretraining step ${T_PRETRAIN}s)"
+T_PRETRAIN=$(step_seconds "$WORK/smoke/pretrain")
+T_VALIDATION=$(validation_seconds "$WORK/smoke/pretrain/fit-profile.txt")
+stamp "smoke: $JOBS fine-tuning runs side by side (pretraining step ${T_PRETRAIN}s, validation with probe ${T_VALIDATION}s)"
 pids=()
 for i in $(seq 1 "$JOBS"); do
-  OMP_NUM_THREADS=1 $PY train.py "${FINETUNE[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" seed=$i \
+  OMP_NUM_THREADS=1 $PY train.py "${FINETUNE[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" trainer.log_every_n_steps=1 seed=$i \
       "init.from=$WORK/smoke/pretrain/checkpoints/last.ckpt" "paths.output_dir=$WORK/smoke/finetune_$i" \
       $(profiled "$WORK/smoke/finetune_$i") > "$WORK/smoke_finetune_$i.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-T_FINETUNE=$(for i in $(seq 1 "$JOBS"); do step_seconds "$WORK/smoke/finetune_$i/fit-profile.txt"; done | sort -g | tail -1)
+T_FINETUNE=$(for i in $(seq 1 "$JOBS"); do step_seconds "$WORK/smoke/finetune_$i"; done | sort -g | tail -1)
 stamp "smoke: held-out evaluation (fine-tuning step ${T_FINETUNE}s with $JOBS side by side)"
 $PY - "$WORK/smoke/finetune_1/checkpoints/last.ckpt" "$CORPUS" <<'EOF' > "$WORK/smoke_eval.log" 2>&1
 import sys
@@ -75,18 +87,19 @@ EOF
 
 # the budgets as steps: pretraining as long as PRETRAIN_SECONDS allows, fine-tuning runs of equal
 # length that finish together in FINETUNE_SECONDS (16 runs: 8 arms x 2 seeds)
+# pretraining validates (and probes) at its start, half-way and at its end
 read -r PRETRAIN_STEPS FINETUNE_STEPS < <($PY - "$T_PRETRAIN" "$T_FINETUNE" "$PRETRAIN_SECONDS" "$FINETUNE_SECONDS" \
-    "$JOBS" "$MAX_FINETUNE_STEPS" <<'EOF'
+    "$JOBS" "$MAX_FINETUNE_STEPS" "$T_VALIDATION" <<'EOF'
 import math, sys
-tp, tf, sp, sf, jobs, most = map(float, sys.argv[1:])
+tp, tf, sp, sf, jobs, most, tv = map(float, sys.argv[1:])
 runs = 16
-pretrain = max(20, int(sp / tp) // 20 * 20)
+pretrain = max(20, int((sp - 3 * tv) / tp) // 20 * 20)
 finetune = min(int(most), max(20, int(sf / (tf * math.ceil(runs / jobs))) // 20 * 20))
 print(pretrain, finetune)
 EOF
 )
 stamp "pretraining: $PRETRAIN_STEPS steps of $PRETRAIN_BATCH pages"
-$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$PRETRAIN_STEPS" "trainer.val_check_interval=$((PRETRAIN_STEPS / 5))" \
+$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$PRETRAIN_STEPS" "trainer.val_check_interval=$((PRETRAIN_STEPS / 2))" \
     "optim.scheduler.warmup_steps=$((PRETRAIN_STEPS / 20))" "paths.output_dir=$WORK/pretrain" > "$WORK/pretrain.log" 2>&1
 stamp "fine-tuning: 16 runs of $FINETUNE_STEPS steps, $JOBS at a time, then evaluation"
 $PY scripts/eval_pretraining.py --json "$WORK/study.json" --corpus "$CORPUS" --workdir "$WORK/finetune" \

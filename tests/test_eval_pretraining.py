@@ -141,7 +141,7 @@ def test_the_gpu_study_script_runs_end_to_end_on_the_cpu(tmp_path):
     corpus = tmp_path / "corpus"
     build(corpus)
     env = {**os.environ, "CORPUS": str(corpus), "WORK": str(tmp_path / "work"), "TRAINER": "cpu", "JOBS": "2",
-           "SMOKE_STEPS": "2", "PRETRAIN_SECONDS": "1", "FINETUNE_SECONDS": "1", "PRETRAIN_BATCH": "2",
+           "SMOKE_STEPS": "12", "PRETRAIN_SECONDS": "1", "FINETUNE_SECONDS": "1", "PRETRAIN_BATCH": "2",
            "PRETRAIN_WORKERS": "0", "FINETUNE_SIZE": "128", "GENRE": "beta", "PY": sys.executable,
            "EXTRA": "data.tokenizer.max_length=48 data.max_questions=2 data.train_set.datasets.1.num_pages=8"}
     out = subprocess.run(["bash", str(REPO / "scripts" / "pretraining_study_gpu.sh")], cwd=REPO, env=env,

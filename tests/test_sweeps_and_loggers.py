@@ -237,3 +237,24 @@ def test_figure_scripts_do_not_write_into_docs_by_default(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     written = render_sample.main(["--index", "0", "--image-size", "128"])
     assert written == Path("synthetic_page.png") and (tmp_path / "synthetic_page.png").stat().st_size > 0
+
+
+def test_every_run_logs_its_step_time_after_the_first_steps(tmp_path):
+    """callbacks.throughput: pages per second over the last 10 steps, which is what the GPU study
+    turns its time budget into steps with (a mean over a short run counts the first steps' costs)."""
+    import csv
+
+    from dociq.training.config import compose
+    from dociq.training.train import train
+
+    cfg = compose(SMOKE + [f"paths.root_dir={tmp_path}", "trainer.max_steps=12", "trainer.log_every_n_steps=1",
+                           "data.batch_size=2"], return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+    train(cfg)
+    rows = list(csv.DictReader((tmp_path / "run" / "csv" / "metrics.csv").open()))
+    rates = [(int(r["step"]), float(r["train/device/batches_per_sec"]), float(r["train/device/samples_per_sec"]))
+             for r in rows if r.get("train/device/batches_per_sec")]
+    assert [step for step, _, _ in rates] == [9, 10, 11]      # once 10 steps fill the window
+    for _, batches, samples in rates:
+        assert batches > 0 and samples == pytest.approx(2 * batches)

@@ -25,6 +25,11 @@ from lightning.pytorch.callbacks import Callback
 log = logging.getLogger("dociq.training.train")
 
 
+def pages_in_batch(batch: Mapping) -> int:
+    """The number of pages in a collated batch (ThroughputMonitor's `batch_size_fn`)."""
+    return int(batch["image"].shape[0])
+
+
 class NonFiniteTrainingError(FloatingPointError):
     """The run diverged: its loss or weights are NaN/inf."""
 

@@ -18,6 +18,9 @@ SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LR
 
 
 class DociqTask(L.LightningModule):
+    # ThroughputMonitor reports model FLOP/s when a task sets this; none is counted yet
+    flops_per_batch: int | None = None
+
     def __init__(self, optimizer: OptimizerFactory | None = None,
                  scheduler: SchedulerFactory | None = None) -> None:
         super().__init__()
