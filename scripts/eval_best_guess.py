@@ -21,7 +21,7 @@ import torch
 from dociq.data.collate import choose_questions
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.evaluation.answers import page_seed
-from dociq.evaluation.heldout import VAL_SEED, layout_class
+from dociq.data.scoring import VAL_SEED, layout_class
 from dociq.inference.predictor import load_predictor
 
 

@@ -341,7 +341,7 @@ def _limit_threads(threads: int) -> None:
 def evaluate_checkpoint(ckpt: str, corpus: str, pages: int | None, packages: list[str] | None) -> dict:
     """One checkpoint's held-out results (a top-level function: it runs in worker processes too)."""
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
-    from dociq.evaluation.heldout import evaluate, load_task
+    from dociq.training.heldout import evaluate, load_task
 
     import torch
 

@@ -158,7 +158,7 @@ def test_the_error_pickles(tmp_path):
 # ---- every loader of the code base goes through read_checkpoint ------------------------------
 
 def _loaders():
-    from dociq.evaluation.heldout import load_task
+    from dociq.training.heldout import load_task
     from dociq.io.checkpoint import load_state_dict_like
     from dociq.models.image_encoder import load_image_encoder_from_checkpoint
     from dociq.models.text_encoder import _read_hf_state_dict, load_text_encoder_from_checkpoint

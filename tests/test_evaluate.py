@@ -1,11 +1,11 @@
-"""Held-out evaluation (dociq.evaluation.heldout): prompt sets, per-kind counts, OCR removal, CLI errors."""
+"""Held-out evaluation on the task path (dociq.training.heldout) and what scoring shares (dociq.data.scoring): prompt sets, per-kind counts, OCR removal, CLI errors."""
 import json
 
 import pytest
 import torch
 
 from dociq.cli.eval import main
-from dociq.evaluation.heldout import PROMPT_SETS, evaluate, load_task
+from dociq.training.heldout import PROMPT_SETS, evaluate, load_task
 
 @pytest.fixture(scope="module")
 def checkpoint(finetune_checkpoint):
@@ -67,7 +67,7 @@ def test_every_prompt_set_scores_every_question(checkpoint, monkeypatch):
         evaluate(task, pages=2, batch_size=2, prompt_sets=("box",), eval_size=0)
 
     # page_size: synthetic pages drawn at another size than the model's input, resized into its frame
-    import dociq.evaluation.heldout as heldout
+    import dociq.training.heldout as heldout
     drawn = []
 
     class Recording(heldout.SyntheticDocuments):
@@ -107,7 +107,7 @@ def test_the_click_oracle_scores_the_candidate_closest_to_the_region(checkpoint,
 def test_layout_questions_are_split_by_the_class_they_ask_for():
     from dociq.data.collate import DocumentCollator
     from dociq.data.synthetic.generator import SyntheticDocuments
-    from dociq.evaluation.heldout import MeanByName, question_classes
+    from dociq.data.scoring import MeanByName, question_classes
 
     pages = [SyntheticDocuments(num_pages=3, image_size=128, seed=5)[i] for i in range(3)]
     batch = DocumentCollator(128, questions=True, max_questions=6, seed=0)(pages)
@@ -131,7 +131,7 @@ def test_layout_questions_are_split_by_the_class_they_ask_for():
 def test_frame_targets_are_the_question_masks_at_any_size():
     from dociq.data.collate import DocumentCollator
     from dociq.data.synthetic.generator import SyntheticDocuments
-    from dociq.evaluation.heldout import frame_targets
+    from dociq.training.heldout import frame_targets
 
     pages = [SyntheticDocuments(num_pages=2, image_size=128, seed=5)[i] for i in range(2)]
     batch = DocumentCollator(128, questions=True, max_questions=3, seed=0)(pages)
@@ -194,7 +194,7 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
 
     from dociq.inference.automatic import PageSegmenter, SegmentedRegion
     from dociq.data.datasets.coco import CocoDocuments
-    from dociq.evaluation.heldout import evaluate_coco
+    from dociq.evaluation.coco_eval import evaluate_coco
     from dociq.inference.predictor import Predictor
 
     pages = [CocoDocuments(coco_set)[i] for i in range(2)]
@@ -217,7 +217,7 @@ def test_coco_evaluation_scores_the_ground_truth_regions_perfectly(checkpoint, c
 
 
 def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_path):
-    from dociq.evaluation.heldout import evaluate_coco
+    from dociq.evaluation.coco_eval import evaluate_coco
     from dociq.inference.predictor import Predictor
 
     data = json.loads(coco_set.read_text())
@@ -232,7 +232,7 @@ def test_coco_pages_without_words_name_the_ocr_option(checkpoint, coco_set, tmp_
 def test_region_prompts_are_reported_by_size():
     import numpy as np
 
-    from dociq.evaluation.heldout import region_size
+    from dociq.data.scoring import region_size
 
     mask = np.zeros((100, 100), dtype=bool)
     mask[:5, :10] = True                      # 0.5 % of the page
@@ -248,7 +248,8 @@ def test_the_click_heuristic_answers_a_click_with_the_text_block_under_it():
 
     from dociq.data.collate import DocumentCollator
     from dociq.data.schema import Page, Region
-    from dociq.evaluation.heldout import clicked_block_masks, regions_as_prompts
+    from dociq.data.scoring import regions_as_prompts
+    from dociq.training.heldout import clicked_block_masks
 
     # two paragraphs of three lines, 256 x 256 page (the input frame: no resizing)
     words, boxes = [], []
@@ -274,7 +275,7 @@ def test_the_click_heuristic_answers_a_click_with_the_text_block_under_it():
         assert target[int(y), int(x)]                       # the click is on its region
         assert torch.equal(got[0, k], target)               # and the block under it is that region
     # scored in a 1024 frame, the same clicks (in the 256 input frame) give the same blocks, 4x finer
-    from dociq.evaluation.heldout import frame_targets
+    from dociq.training.heldout import frame_targets
     finer = clicked_block_masks(batch, [page], 1024, input_size=256)
     targets = frame_targets(batch, [regions_as_prompts(page, 8, 0)], 1024).view(1, -1, 1024, 1024)
     for k in range(2):

@@ -16,6 +16,8 @@ BadSampleError, ConfigError, ...) prints `dociq <cmd>: error: <message>` on one 
 `--debug` or DOCIQ_DEBUG=1 shows the traceback instead. `report_errors` is that handler, for the
 dispatcher and for the commands' own `main(argv)` (which return 2 when called directly). Modules are imported only when their
 subcommand runs, so `dociq --help` is quick and one broken module does not break the others.
+`pip install dociq` installs what predict, segment-page, segment, eval and export need; a package
+that only an extra installs (EXTRAS) is named in one line with its `pip install 'dociq[<extra>]'`.
 """
 from __future__ import annotations
 
@@ -55,6 +57,37 @@ COMMANDS: dict[str, Command] = {
                       missing="the data engine's modules (dociq.cli.engine) could not be imported; "
                               "reinstall dociq (pip install -e .)"),
 }
+
+
+# The packages `pip install dociq` leaves to an extra (pyproject.toml), by top-level module: the
+# extras that install each, the usual one first. A command that fails on a missing one says which
+# extra to install instead of printing a traceback.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("lightning", "lightning_fabric", "hydra", "hydra_plugins", "omegaconf", "optuna", "wandb",
+                     "tensorboard", "galore_torch", "matplotlib"), ("train",)),
+    # the corpus's shards: also how `dociq eval --data corpus` reads a split
+    "litdata": ("corpus", "engine", "train"),
+    "pdfplumber": ("corpus",),
+    "playwright": ("corpus",),
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "multipart"), ("engine",)),
+    "pytesseract": ("ocr", "train", "corpus"),
+    "onnxruntime": ("onnx", "baseline"),
+    **dict.fromkeys(("onnx", "onnxscript"), ("export",)),
+    "docling_core": ("segment",),
+}
+
+
+def missing_extra(name: str, err: BaseException) -> str | None:
+    """`dociq <name>`'s one-line message for a ModuleNotFoundError of a package an extra installs
+    (the command's own extra where it holds the package: `dociq engine` asks for 'engine'), else None."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    module = err.name.partition(".")[0]
+    extras = EXTRAS.get(module)
+    if extras is None:
+        return None
+    extra = name if name in extras else extras[0]
+    return f"{module} is not installed: dociq {name} needs the '{extra}' extra: pip install 'dociq[{extra}]'"
 
 
 class UsageError(Exception):
@@ -149,13 +182,15 @@ def report_errors(name: str, run: Callable[[], int | None], debug: bool = False,
                   also: tuple[type[BaseException], ...] = ()) -> int:
     """The one error handler of the `dociq` commands: `run()`'s exit code (None: 0); a user's mistake
     (USER_ERRORS and `also`) prints `dociq <name>: error: <message>` on one line and returns 2,
-    Ctrl-C returns 130. With `debug` (or DOCIQ_DEBUG=1) the error is raised with its traceback."""
+    Ctrl-C returns 130. A package that only an extra installs is the same kind of one-line error,
+    naming the extra. With `debug` (or DOCIQ_DEBUG=1) the error is raised with its traceback."""
     try:
         code = run()
-    except (*USER_ERRORS, *also) as err:
-        if debug_enabled(debug):
-            raise
-        print(f"dociq {name}: error: {one_line(err)}", file=sys.stderr)
+    except (*USER_ERRORS, *also, ModuleNotFoundError) as err:
+        extra = missing_extra(name, err)
+        if debug_enabled(debug) or (extra is None and not isinstance(err, (*USER_ERRORS, *also))):
+            raise   # any other missing module is a broken install: its traceback shows where
+        print(f"dociq {name}: error: {extra or one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dociq {name}: interrupted", file=sys.stderr)

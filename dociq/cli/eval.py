@@ -5,8 +5,8 @@ Held-out prompts are asked of the Predictor a user runs, with its default settin
 the page's size (dociq.evaluation.answers); `--baseline detector` asks the same prompts of an
 off-the-shelf layout detector plus text search (dociq.evaluation.detector_baseline), so every
 table reads against a peer that needs no model of ours. `--task-path` scores the training task's
-batched path instead (dociq.evaluation.heldout: the validation loop's numbers, with the text-free
-heuristics and the painted-words diagnostic). A user's mistake (a missing checkpoint or corpus) is
+batched path instead (dociq.training.heldout: the validation loop's numbers, with the text-free
+heuristics and the painted-words diagnostic; it needs the `train` extra). A user's mistake (a missing checkpoint or corpus) is
 one line on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -21,12 +21,11 @@ from typing import Sequence
 import torch
 
 from dociq.cli import report_errors
-from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.scoring import VAL_SEED, format_table
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers, is_predictor
+from dociq.evaluation.coco_eval import evaluate_coco, format_coco_table
 from dociq.evaluation.detector_baseline import DetectorTextSearch
-from dociq.evaluation.heldout import (VAL_SEED, evaluate, evaluate_coco, format_coco_table, format_table,
-                                      load_task)
 from dociq.evaluation.layout_detector import DetectorUnavailable
 from dociq.data.scanned import ScannedPages
 from dociq.cli.segment_page import add_region_options, region_options
@@ -109,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _pages(args, image_size: int, ocr_cache: str | None = None):
     """The held-out pages of --data synthetic / corpus (scanned and OCR'd with --scan)."""
     if args.data == "corpus":
+        # deferred: a corpus is read with litdata, which the lean install leaves to the `corpus` extra
+        from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
         pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
                                 packages=args.packages)
     else:
@@ -134,6 +136,9 @@ def run(args) -> int:
                 results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
                                                   args.prompts, compare_snap=args.snap and is_predictor(answerer))
         return _report(args, results)
+    if args.task_path:
+        # deferred: the training task's path needs the `train` extra (Lightning)
+        from dociq.training.heldout import evaluate, load_task
     for path in args.checkpoints:
         if args.data == "coco":
             results[path] = evaluate_coco(

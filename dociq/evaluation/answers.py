@@ -12,7 +12,7 @@ and its page id), so each answerer is asked exactly the same prompts:
 - `question`: up to `max_questions` of the page's questions (text only), target its mask;
 - `box`: the tight box of each of those questions' targets;
 - `question_no_ocr`: the questions with the page's words withheld (how much comes from reading);
-- `box_region`: the box of one annotated region (`heldout.regions_as_prompts`), target that region;
+- `box_region`: the box of one annotated region (`dociq.data.scoring.regions_as_prompts`), target that region;
 - `point_region`: one positive click inside each of those regions, target that region;
   `point_region_oracle` (a Predictor only) scores the best of its three candidates (SAM's oracle).
 
@@ -20,7 +20,7 @@ and its page id), so each answerer is asked exactly the same prompts:
 `<set>_snap`: snapped to the words, `<set>_blocks`: completed to text blocks), besides `<set>`,
 its own setting. Masks are compared with their targets at the page's resolution — what the user
 gets back — so models of any input size compare on the same frame. The training task's path
-(`heldout.evaluate`: batched, in the model's input frame, with the diagnostics that need the model's
+(`dociq.training.heldout.evaluate`: batched, in the model's input frame, with the diagnostics that need the model's
 internals) stays for the validation loop.
 """
 from __future__ import annotations
@@ -33,10 +33,9 @@ import torch
 
 from dociq.data.collate import choose_questions, mask_box, sample_points
 from dociq.data.schema import QUESTION_KINDS, Page
-from dociq.evaluation.heldout import (REGION_SIZES, VAL_SEED, MeanByName, layout_class, metric_results,
-                                      regions_as_prompts)
+from dociq.data.scoring import (REGION_SIZES, VAL_SEED, MeanByName, SegmentationMetrics, layout_class,
+                                metric_results, per_prompt_iou_dice, regions_as_prompts)
 from dociq.io.track import track
-from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
 
 ANSWER_SETS = ("question", "box", "question_no_ocr", "box_region", "point_region")
 # Predictor(snap=...) modes and the suffix their scores carry.

@@ -344,24 +344,36 @@ def _run_folder(ckpt_path: Path) -> Path | None:
     return ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else None
 
 
-def _read_hydra_config(run: Path | None):
-    """The run's `.hydra/config.yaml` (an OmegaConf DictConfig, interpolations unresolved), or None."""
+def _read_hydra_config(run: Path | None) -> str | None:
+    """The text of the run's `.hydra/config.yaml` (interpolations unresolved), or None. Read as
+    plain YAML: exporting needs no Hydra or OmegaConf (the lean install)."""
     if run is None or not (run / ".hydra" / "config.yaml").is_file():
         return None
-    from omegaconf import OmegaConf
-
-    return OmegaConf.load(run / ".hydra" / "config.yaml")
+    return (run / ".hydra" / "config.yaml").read_text(encoding="utf-8")
 
 
-def _hydra_value(hydra, key: str, default: Any) -> Any:
-    """`key` of the run's config; an interpolation this process cannot resolve (train.py's own
-    resolvers) counts as absent."""
+_REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
+
+
+def _hydra_value(hydra: str | None, key: str, default: Any) -> Any:
+    """`key` of the run's config text; `${other.key}` is followed, an interpolation through a
+    resolver (train.py's own, e.g. `${div:a,b}`) counts as absent."""
     if hydra is None:
         return default
-    from omegaconf import OmegaConf
+    import yaml
 
-    value = OmegaConf.select(hydra, key, default=None, throw_on_resolution_failure=False)
-    return default if value is None else value
+    config = yaml.safe_load(hydra) or {}
+    for _ in range(8):                                   # references to references, not cycles
+        value: Any = config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        reference = _REFERENCE.match(value) if isinstance(value, str) else None
+        if reference is None:
+            break
+        key = reference.group(1)
+    if value is None or (isinstance(value, str) and "${" in value):
+        return default
+    return value
 
 
 def _number(value: Any) -> float | None:
@@ -478,8 +490,6 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
         if not _is_dociq_folder(out_dir):
             raise ValueError(f"output folder {out_dir} is not an earlier dociq export (no dociq {CONFIG_NAME}); "
                              "refusing to replace it: give a new folder")
-    from omegaconf import OmegaConf
-
     segmenter, ckpt = segmenter_from_checkpoint(ckpt_path)
     run = _run_folder(ckpt_path)
     metrics, sources = checkpoint_metrics(ckpt, run)
@@ -488,7 +498,7 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
             "image_size": segmenter.image_size, "ocr": segmenter.ocr, "folder": f"path/to/{out_dir.name}",
             "metrics": _metrics_markdown(metrics, sources),
             "hyper_parameters": _yaml(ckpt["hyper_parameters"]),
-            "hydra_config": "" if hydra is None else OmegaConf.to_yaml(hydra, resolve=False)}
+            "hydra_config": hydra or ""}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:

@@ -12,7 +12,7 @@ from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.models.segmenter import remove_ocr_words
 from dociq.training.tasks.segment import PROMPT_KINDS, SegmentTask
 from dociq.training.tasks.segment_losses import select_mask_prompt
-from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
+from dociq.data.scoring import SegmentationMetrics, per_prompt_iou_dice
 
 MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
          "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},

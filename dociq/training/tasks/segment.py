@@ -46,7 +46,7 @@ from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.init_weights import load_part
 from dociq.training.tasks.segment_losses import (append_points, sample_correction_points,
                                         segmentation_loss, select_mask_prompt)
-from dociq.training.tasks.segment_metrics import SegmentationMetrics
+from dociq.data.scoring import SegmentationMetrics
 
 log = logging.getLogger(__name__)
 

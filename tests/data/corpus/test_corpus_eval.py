@@ -11,7 +11,7 @@ from dociq.data.collate import DocumentCollator
 from dociq.data.schema import Page, Question, Region
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.cli.eval import main
-from dociq.evaluation.heldout import heuristic_masks
+from dociq.training.heldout import heuristic_masks
 
 
 def _page() -> Page:

@@ -1,6 +1,8 @@
-"""Held-out evaluation of a `stage=finetune` checkpoint: mIoU per question kind and per prompt.
-
-    dociq eval CKPT [CKPT ...] --pages 128 --json results.json      # dociq/cli/eval.py
+"""Held-out scores on the training task's batched path: `SegmentTask.run_rounds` in the model's
+input frame (or a letterboxed `eval_size` frame), with the diagnostics that need the task — the
+decoder's candidates (SAM's oracle), the word grounding's painted masks, text-free heuristics.
+What a user sees is scored through the Predictor instead (dociq.evaluation.answers, `dociq eval`);
+this is `dociq eval --task-path` and the validation loop's view.
 
 Every question of `--pages` held-out synthetic pages (seed 1000003, the `data.val_set` of
 training, which no training page shares) is prompted, one round, three ways:
@@ -27,23 +29,9 @@ blocks (`<set>_blocks`, `Predictor(snap="blocks")`: dociq.models.word_snap).
 Real pages: `--data corpus --corpus data/corpus --split val` asks the same prompts on the held-out
 split of a `dociq corpus build` (docs/corpus.md: split by document, weakly labelled regions and
 their questions).
-
-COCO layout detection (DocLayNet / PubLayNet / `scripts/make_synthetic.py` folders):
-
-    dociq eval CKPT --data coco --annotations DIR/annotations.json [--image-dir DIR/images]
-               [--max-pages N] [--ocr groundtruth|tesseract|pdf] --json results.json
-
-runs the automatic page segmenter (dociq.inference.automatic.PageSegmenter) on every page and scores its
-regions with COCO mAP (dociq.evaluation.coco_map: bbox and segm, AP@[.5:.95], AP50, AP75, per class); the
-segmenter's class names map to the file's category ids by name (case-insensitive, '-' / '_' / ' '
-alike; `--category-map model_name=coco_name` adds others); regions of other classes are dropped
-and counted per class. On the same embedded pages, each page's questions (the stored ones, or one
-"segment every <category>" per category) are asked and scored as above: mIoU per question kind.
 """
 from __future__ import annotations
 
-import dataclasses
-import random
 from pathlib import Path
 from typing import Sequence
 
@@ -51,21 +39,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dociq.evaluation.coco_map import coco_map, load_coco
 from dociq.data.collate import DocumentCollator, _masks_to_input_frame
-from dociq.data.datasets.coco import CocoDocuments
-from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page, Question
+from dociq.data.schema import LAYOUT_SCALE, QUESTION_KINDS, Page
+from dociq.data.scoring import (REGION_SIZES, VAL_SEED, MeanByName, SegmentationMetrics, metric_results,
+                                per_prompt_iou_dice, question_classes, regions_as_prompts)
 from dociq.data.synthetic.generator import SyntheticDocuments
+from dociq.data.text_blocks import group_blocks
 from dociq.data.tokenize import QuestionTokenizer
+from dociq.io.checkpoint import CheckpointError, read_checkpoint
+from dociq.io.track import track
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
-from dociq.data.text_blocks import group_blocks
 from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
-from dociq.inference.automatic import PageSegmenter, normalise_name, to_coco_results
-from dociq.io.checkpoint import CheckpointError, read_checkpoint
 from dociq.training.tasks.segment import SegmentTask
-from dociq.training.tasks.segment_metrics import SegmentationMetrics, per_prompt_iou_dice
-from dociq.io.track import track
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "question_no_ocr": (("question",), False), "box_region": (("box",), True),
@@ -76,9 +62,6 @@ PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
 # nothing off text). A model that does not beat them has not learnt the task.
 HEURISTIC_SETS = ("heuristic_question", "heuristic_box")
 HEURISTIC_REGION_SETS = ("heuristic_point_region",)
-VAL_SEED = 1000003
-# Region size classes of the *_region prompt sets: (name, upper bound of the page fraction).
-REGION_SIZES = (("small", 0.01), ("medium", 0.05), ("large", float("inf")))
 
 
 def load_task(path: str | Path) -> SegmentTask:
@@ -192,56 +175,6 @@ def to_device(data, device: torch.device):
     if isinstance(data, (list, tuple)):
         return type(data)(to_device(v, device) for v in data)
     return data
-
-
-def metric_results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByName") -> dict:
-    """{set: {miou, dice, miou_<kind>, ..., count_<kind>}}, and the layout questions by class."""
-    results = {}
-    for name, m in metrics.items():
-        values = {k: float(v) for k, v in m.compute().items()}
-        counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
-        results[name] = values | counts
-    if by_class.counts:
-        results["question_layout_by_class"] = by_class.compute()
-    return results
-
-
-class MeanByName:
-    """Running mean IoU per name (a question's region class); names are not known in advance."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, values: torch.Tensor, names: Sequence[str | None]) -> None:
-        for value, name in zip(values.tolist(), names):
-            if name is not None:
-                self.sums[name] = self.sums.get(name, 0.0) + value
-                self.counts[name] = self.counts.get(name, 0) + 1
-
-    def compute(self) -> dict:
-        """{"miou": over all, "miou_<name>": ..., "count_<name>": ...}, names by count."""
-        names = sorted(self.counts, key=lambda n: -self.counts[n])
-        out = {"miou": sum(self.sums.values()) / sum(self.counts.values())}
-        for n in names:
-            out[f"miou_{n}"] = self.sums[n] / self.counts[n]
-        return out | {f"count_{n}": self.counts[n] for n in names}
-
-
-def question_classes(batch: dict, pages: Sequence[Page]) -> list[str | None]:
-    """Per prompt of the batch (in the order of its valid prompts): the region class a layout
-    question asks for ("mixed" when its regions have several), None for other kinds."""
-    return [layout_class(page, page.questions[k]) for page, index in zip(pages, batch["prompt_question_index"])
-            for k in index]
-
-
-def layout_class(page: Page, question: Question) -> str | None:
-    """The region class a layout question asks for ("mixed" when its regions have several), None
-    for other kinds."""
-    labels = {page.regions[r].label for r in question.region_ids if 0 <= r < len(page.regions)}
-    if question.kind != "layout" or not labels:
-        return None
-    return labels.pop() if len(labels) == 1 else "mixed"
 
 
 def _score_heuristics(metrics: dict, batch: dict, targets: torch.Tensor, frame: int, image_size: int) -> None:
@@ -412,12 +345,6 @@ def heuristic_masks(batch: dict, size: int, input_size: int | None = None) -> di
     return {"heuristic_question": question, "heuristic_box": box}
 
 
-def region_size(mask) -> str:
-    """small / medium / large: the region's share of the page (REGION_SIZES)."""
-    share = float(mask.mean())
-    return next(name for name, bound in REGION_SIZES if share < bound)
-
-
 def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int,
                         blocks: Sequence[tuple[np.ndarray, list[str], list[list[int]]]] | None = None,
                         input_size: int | None = None) -> torch.Tensor:
@@ -435,108 +362,3 @@ def clicked_block_masks(batch: dict, pages: Sequence[Page], size: int,
             click = scale_points(batch["points"][i, k, :1], size / (input_size or size)).numpy() - 0.5
             out[i, k] = torch.from_numpy(snap_to_blocks(empty, boxes, words, clicks=click, blocks=groups))
     return out
-
-
-def regions_as_prompts(page: Page, count: int, seed: int) -> Page:
-    """The page with up to `count` of its regions (fixed draw per page) as its prompts, one object
-    per prompt; the prompt's kind is the region's size class (`region_size`)."""
-    regions = [r for r in page.regions if r.mask.any()]
-    rng = random.Random(f"{seed}:{page.meta.get('page_id', '')}")
-    chosen = rng.sample(regions, k=min(count, len(regions)))
-    return dataclasses.replace(page, questions=[Question(text=r.label, kind=region_size(r.mask), mask=r.mask)
-                                                for r in chosen])
-
-
-def format_table(results: dict[str, dict]) -> str:
-    kinds = ["layout", "reading", "cell", "link"] + [name for name, _ in REGION_SIZES]
-    lines = ["| checkpoint | prompt | mIoU | " + " | ".join(f"mIoU {k}" for k in kinds) + " |",
-             "|---|---|---|" + "---|" * len(kinds)]
-    by_class = []
-    for ckpt, sets in results.items():
-        for name, r in sets.items():
-            if name == "question_layout_by_class":
-                by_class.append(f"layout questions by class, {ckpt}: " + ", ".join(
-                    f"{k[5:]} {100 * v:.1f} (n={r[f'count_{k[5:]}']})" for k, v in r.items() if k.startswith("miou_")))
-                continue
-            cells = [f"{100 * r[f'miou_{k}']:.1f} (n={r.get(f'count_{k}', '?')})" if f"miou_{k}" in r else "-"
-                     for k in kinds]
-            lines.append(f"| {ckpt} | {name} | {100 * r.get('miou', float('nan')):.1f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + by_class)
-
-
-@torch.no_grad()
-def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | None = None,
-                  max_pages: int | None = None, ocr: str = "groundtruth",
-                  category_map: dict[str, str] | None = None, **segmenter_options) -> dict:
-    """COCO mAP of the automatic segmenter's regions and per-kind mIoU of the pages' questions.
-
-    -> {"bbox": {AP, AP50, AP75, ..., per_class}, "segm": {...}, "questions": {miou, miou_<kind>,
-    count_<kind>, ...}, "pages", "skipped_pages", "regions", "dropped_regions": {class: count},
-    "unmatched_categories": [COCO categories no model class maps to]}"""
-    data = CocoDocuments(annotations, image_dir=image_dir, ocr=ocr, on_bad_sample="skip")
-    gt = load_coco(annotations)
-    segmenter = PageSegmenter(predictor, **segmenter_options)
-    by_name = {normalise_name(c["name"]): c["id"] for c in gt.loadCats(gt.getCatIds())}
-    category_ids = {name: by_name[normalise_name(name)] for name in segmenter.categories
-                    if normalise_name(name) in by_name}
-    for model_name, coco_name in (category_map or {}).items():
-        if normalise_name(coco_name) not in by_name:
-            raise ValueError(f"--category-map {model_name}={coco_name}: {coco_name!r} is not a category of "
-                             f"{annotations} ({sorted(by_name)})")
-        if model_name not in segmenter.categories:
-            raise ValueError(f"--category-map {model_name}={coco_name}: {model_name!r} is not a class of the "
-                             f"segmenter ({sorted(segmenter.categories)})")
-        category_ids[model_name] = by_name[normalise_name(coco_name)]
-    mapped = set(category_ids.values())
-    unmatched = sorted(c["name"] for c in gt.loadCats(gt.getCatIds()) if c["id"] not in mapped)
-    metrics = SegmentationMetrics()
-    results, image_ids, dropped, skipped, found = [], [], {}, 0, 0
-    pages = len(data) if max_pages is None else min(max_pages, len(data))
-    for index in track(range(pages), desc="COCO pages"):
-        page = data[index]
-        if page is None:                               # a bad page: logged and listed by CocoDocuments
-            skipped += 1
-            continue
-        image_id = page.meta["image_id"]
-        regions = segmenter.segment(page.image, words=page.words, word_boxes=page.word_boxes)
-        found += len(regions)
-        for r in regions:
-            if r.category not in category_ids:
-                dropped[r.category] = dropped.get(r.category, 0) + 1
-        results += to_coco_results(regions, image_id, category_ids)
-        image_ids.append(image_id)
-        if page.questions:                             # the page is still set: its embedding is reused
-            masks, _scores, _low_res = predictor.predict_masks(question=[q.text for q in page.questions])
-            targets = torch.from_numpy(np.stack([q.mask for q in page.questions]))
-            metrics.update(torch.from_numpy(masks), targets, [q.kind for q in page.questions])
-    if not image_ids:
-        first = data.bad_samples[0] if data.bad_samples else None
-        reason = f"; the first: {first.path}: {first.reason}" if first else ""
-        raise ValueError(f"{annotations}: no page could be read ({skipped} skipped{reason}). Pages without "
-                         "'words' need --ocr tesseract (or --ocr pdf with the PDFs beside the images)")
-    scores = coco_map(gt, results, image_ids=image_ids)
-    out = {t: {k: v for k, v in scores[t].items() if k != "summary"} for t in ("bbox", "segm")}
-    values = {k: float(v) for k, v in metrics.compute().items()}
-    counts = {f"count_{k}": int(c.compute()) for k, c in metrics.count_by_kind.items() if f"miou_{k}" in values}
-    return out | {"questions": values | counts, "pages": len(image_ids), "skipped_pages": skipped,
-                  "regions": found, "results": len(results), "dropped_regions": dropped,
-                  "unmatched_categories": unmatched}
-
-
-def format_coco_table(results: dict[str, dict]) -> str:
-    lines = ["| checkpoint | type | AP | AP50 | AP75 | per-class AP |", "|---|---|---|---|---|---|"]
-    pct = lambda v: "-" if v is None else f"{100 * v:.1f}"                      # noqa: E731
-    for ckpt, r in results.items():
-        for t in ("bbox", "segm"):
-            per_class = ", ".join(f"{n} {pct(c['AP'])}" for n, c in r[t]["per_class"].items() if c["AP"] is not None)
-            lines.append(f"| {ckpt} | {t} | {pct(r[t]['AP'])} | {pct(r[t]['AP50'])} | {pct(r[t]['AP75'])} | "
-                         f"{per_class} |")
-    for ckpt, r in results.items():
-        q = r["questions"]
-        kinds = ", ".join(f"{k[5:]} {100 * v:.1f} (n={q.get('count_' + k[5:], '?')})"
-                          for k, v in q.items() if k.startswith("miou_"))
-        lines.append(f"\n{ckpt}: {r['pages']} pages ({r['skipped_pages']} skipped), {r['regions']} regions, "
-                     f"{r['results']} scored; dropped (class not in the file): {r['dropped_regions'] or 'none'}; "
-                     f"categories no class maps to: {r['unmatched_categories'] or 'none'}; question mIoU "
-                     f"{100 * q.get('miou', float('nan')):.1f} ({kinds})")
-    return "\n".join(lines)
