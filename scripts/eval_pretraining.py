@@ -22,9 +22,11 @@ into --workdir/<init>[-<regime>]_s<seed>. A run whose last.ckpt has reached its 
 shorter one resumes from it (exact: docs/reliability.md); `--run ARM:SEED=DIR` reuses a run made
 elsewhere, resumed in its folder if short (its overrides must be the arm's: the JSON records them).
 
-Every checkpoint is evaluated on the corpus's held-out split (documents no training page comes
-from) with `dociq eval`'s prompt sets: questions (mIoU per kind), the same with the words removed,
-box -> region and click -> region. The result is cached beside the checkpoint (eval_real.json).
+Every checkpoint is evaluated as `dociq eval` evaluates it: through the Predictor a user runs, with
+its default settings, page by page, masks scored at the page's size (dociq.evaluation.answers), on
+the corpus's held-out split (documents no training page comes from): questions (mIoU per kind), the
+same with the words removed, box -> region and click -> region. The result is cached beside the
+checkpoint (eval_real.json).
 
 The JSON has per run and per arm (mean over seeds) the numbers, and the differences in mIoU points
 on held-out real layout + reading questions (prompt-weighted), mean over seeds:
@@ -292,7 +294,8 @@ class Runner:
         cache = ckpt.parent.parent / ("eval_real.json" if packages is None else f"eval_real_{'_'.join(packages)}.json")
         step = int(read_checkpoint(ckpt).get("global_step", 0))
         key = {"checkpoint": str(ckpt.resolve()), "global_step": step, "corpus": str(self.corpus),
-               "split": "val", "pages": self.args.eval_pages, "prompt_sets": list(PROMPT_SETS)}
+               "split": "val", "pages": self.args.eval_pages, "prompt_sets": list(PROMPT_SETS),
+               "path": "predictor"}
         if packages is not None:
             key["packages"] = packages
         if cache.is_file():
@@ -341,14 +344,15 @@ def _limit_threads(threads: int) -> None:
 def evaluate_checkpoint(ckpt: str, corpus: str, pages: int | None, packages: list[str] | None) -> dict:
     """One checkpoint's held-out results (a top-level function: it runs in worker processes too)."""
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
-    from dociq.training.heldout import evaluate, load_task
+    from dociq.evaluation.answers import evaluate_answers
+    from dociq.inference.predictor import Predictor
 
     import torch
 
     t0 = time.time()
-    task = load_task(ckpt).to("cuda" if torch.cuda.is_available() else "cpu")
-    results = evaluate(task, pages, prompt_sets=PROMPT_SETS,
-                       data=CorpusDocuments(corpus, split="val", packages=packages))
+    predictor = Predictor.from_checkpoint(ckpt, device="cuda" if torch.cuda.is_available() else "cpu")
+    results = evaluate_answers(predictor, CorpusDocuments(corpus, split="val", packages=packages), pages,
+                               prompt_sets=PROMPT_SETS)
     print(f"[eval_pretraining] evaluated {ckpt}{'' if packages is None else f' on {packages}'} "
           f"in {time.time() - t0:.0f} s", flush=True)
     return results

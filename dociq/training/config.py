@@ -6,7 +6,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+# shipped inside the package, so an installed wheel trains too; `configs/` at the repository root
+# is a link to it
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _div(a, b) -> int:
