@@ -52,21 +52,6 @@ def default_pdfs() -> list[Path]:
     return sorted(Path(p) for p in glob.glob(DEFAULT_PDF_GLOB, recursive=True))
 
 
-def page_count(pdf: Path) -> int:
-    import pypdfium2 as pdfium
-
-    from dociq.data.errors import BadSampleError
-
-    try:
-        doc = pdfium.PdfDocument(str(pdf))
-    except pdfium.PdfiumError as err:
-        raise BadSampleError(pdf, f"not a readable PDF ({err})", "pass another --pdf") from err
-    try:
-        return len(doc)
-    finally:
-        doc.close()
-
-
 def spread_pages(counts: list[int], n: int) -> list[tuple[int, int]]:
     """(document, page) of n pages at the centres of n equal slices of all documents' pages:
     deterministic, and it skips the cover and the last (index) page of a long manual."""
@@ -82,6 +67,7 @@ def spread_pages(counts: list[int], n: int) -> list[tuple[int, int]]:
 
 def load_pages(pdfs: list[Path], n: int, dpi: float = 96.0) -> list[RealPage]:
     from dociq.data.ocr import PdfTextLayer
+    from dociq.data.pdf import page_count
 
     layer = PdfTextLayer(dpi=dpi)
     pages = []

@@ -10,8 +10,9 @@ from pycocotools import mask as mask_util
 from torchvision.ops import box_iou
 
 from dociq.cli.segment_page import main
+from dociq.data.masks import mask_boxes, mask_iou_matrix
 from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, SegmentedRegion, assign_categories,
-                                       box_text_share, grid_points, mask_boxes, mask_iou_matrix, nms,
+                                       box_text_share, grid_points, nms,
                                        remove_small_regions,
                                        stability_score, to_coco_results)
 from dociq.data.text_blocks import block_boxes, group_blocks, group_lines, line_points

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dociq.data.ocr import OcrWords, PdfTextLayer
+from dociq.data.pdf import page_count
 from dociq.inference.prompts import check_words
 
 # --dpi of a PDF page: below 36 a page's text is a pixel or two high; a letter page at 1,200 dpi is
@@ -56,20 +57,9 @@ def read_pdf_page(path: str | Path, page: int, dpi: float) -> tuple[np.ndarray, 
     check_dpi(dpi)
     if page < 1:
         raise ValueError(f"--page {page}: pages are numbered from 1")
-    path = Path(path)
-    if path.is_file():
-        import pypdfium2 as pdfium
-
-        try:
-            doc = pdfium.PdfDocument(str(path))
-        except pdfium.PdfiumError:
-            doc = None                                   # PdfTextLayer names the problem below
-        if doc is not None:
-            count = len(doc)
-            doc.close()
-            if page > count:
-                raise ValueError(f"--pdf {path}: --page {page} but the PDF has {count} page(s); give --page "
-                                 f"1..{count}")
+    count = page_count(path)                         # a BadSampleError naming the file when unreadable
+    if page > count:
+        raise ValueError(f"--pdf {path}: --page {page} but the PDF has {count} page(s); give --page 1..{count}")
     return PdfTextLayer(dpi=dpi).read(path, page - 1)
 
 

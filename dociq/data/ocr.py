@@ -1,8 +1,8 @@
 """OCR backends: words with boxes in page pixels, from the annotation, a PDF text layer or tesseract.
 
 - `groundtruth`: the words stored with the annotation (data sets read them; no backend object).
-- `PdfTextLayer`: the text layer of a born-digital PDF (pypdfium2), boxes in pixels of the page
-  rendered at `dpi`; it renders the page image too, so image and words always agree.
+- `PdfTextLayer`: the text layer of a born-digital PDF (read by `dociq.data.pdf`), boxes in pixels
+  of the page rendered at `dpi`; it renders the page image too, so image and words always agree.
 - `TesseractOCR`: pytesseract `image_to_data` over Debian's `tesseract-ocr`, words with
   confidence above `min_conf`.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
+from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
+from dociq.data.pdf import POINTS_PER_INCH, open_page, render_page, text_layer_words
 from dociq.io.atomic import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
@@ -210,6 +210,7 @@ class PdfTextLayer:
     (H, W)) and returns (image, words). Words are split at whitespace and at jumps between lines.
     A render larger than `max_page_pixels` (None: no cap) - the requested `size` or pdfium's
     bitmap before resizing to it - is a `BadSampleError`, raised before any pixels are allocated.
+    Opening, rendering and reading the words are `dociq.data.pdf`'s; this adds the cache.
     """
 
     name = "pdf"
@@ -229,14 +230,16 @@ class PdfTextLayer:
 
     def read(self, pdf_path: str | Path, page_index: int = 0,
              size: tuple[int, int] | None = None) -> tuple[np.ndarray, OcrWords]:
-        with self._open(pdf_path, page_index) as (doc, page):
-            image = self._render(page, size, pdf_path, page_index)
+        image = self.render(pdf_path, page_index, size)
         return image, self.words(pdf_path, page_index, image.shape[:2])
 
     def render(self, pdf_path: str | Path, page_index: int = 0,
                size: tuple[int, int] | None = None) -> np.ndarray:
-        with self._open(pdf_path, page_index) as (doc, page):
-            return self._render(page, size, pdf_path, page_index)
+        with open_page(pdf_path, page_index) as page:
+            # a requested size keeps the page's width; its aspect is reached by resizing
+            scale = self.dpi / POINTS_PER_INCH if size is None else size[1] / page.get_size()[0]
+            return render_page(page, scale, size, max_page_pixels=self.max_page_pixels, name=pdf_path,
+                               what=f"PDF page {page_index}")
 
     def words(self, pdf_path: str | Path, page_index: int = 0,
               size: tuple[int, int] | None = None) -> OcrWords:
@@ -250,114 +253,14 @@ class PdfTextLayer:
             result = self.cache.get_or_compute(key, lambda: self._extract(pdf_path, page_index))
         return result if size is None or tuple(size) == result.size else result.scaled_to(size)
 
-    # -- internals -----------------------------------------------------------------------------
-    def _open(self, pdf_path, page_index=0):
-        return _PdfPage(Path(pdf_path), page_index)
-
-    def _render(self, page, size, pdf_path, page_index):
-        w_pt, h_pt = page.get_size()
-        scale = self.dpi / 72.0 if size is None else size[1] / w_pt
-        if size is not None:
-            check_page_pixels(pdf_path, int(size[1]), int(size[0]), self.max_page_pixels,
-                              f"PDF page {page_index} as requested (annotated width/height)")
-        # pdfium's bitmap is ceil(points * scale) on each side (pypdfium2's PdfPage.render); a size
-        # whose aspect differs from the page's is reached by resizing that bitmap afterwards.
-        check_page_pixels(pdf_path, math.ceil(w_pt * scale), math.ceil(h_pt * scale), self.max_page_pixels,
-                          f"PDF page {page_index} rendered at {scale * 72:.0f} dpi")
-        img = np.array(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
-        if size is not None and img.shape[:2] != tuple(size):
-            from PIL import Image
-
-            img = np.array(Image.fromarray(img).resize((size[1], size[0]), Image.BILINEAR))
-        return np.ascontiguousarray(img)
-
     def _extract(self, pdf_path: Path, page_index: int) -> OcrWords:
-        import pypdfium2.raw as pdfium_c
-
-        with self._open(pdf_path, page_index) as (doc, page):
+        with open_page(pdf_path, page_index) as page:
             w_pt, h_pt = page.get_size()
-            scale = self.dpi / 72.0
-            width, height = int(round(w_pt * scale)), int(round(h_pt * scale))
-            sub = 16  # map onto a 16x finer integer canvas: pdfium's page->device map rounds to ints
-            dev_x, dev_y = _c_int(), _c_int()
-
-            def to_px(x, y):
-                pdfium_c.FPDF_PageToDevice(page, 0, 0, width * sub, height * sub, 0, x, y,
-                                           dev_x, dev_y)
-                return dev_x.value / sub, dev_y.value / sub
-
-            textpage = page.get_textpage()
-            words, boxes = [], []
-            cur, cur_box, prev_box = [], None, None
-            for i in range(textpage.count_chars()):
-                ch = chr(pdfium_c.FPDFText_GetUnicode(textpage, i))
-                generated = bool(pdfium_c.FPDFText_IsGenerated(textpage, i))
-                if ch.isspace() or generated or ch == "\x00":
-                    _flush(cur, cur_box, words, boxes)
-                    cur, cur_box, prev_box = [], None, None
-                    continue
-                left, bottom, right, top = textpage.get_charbox(i)
-                xs, ys = zip(to_px(left, bottom), to_px(right, top))
-                box = [min(xs), min(ys), max(xs), max(ys)]
-                if prev_box is not None and _starts_new_word(prev_box, box):
-                    _flush(cur, cur_box, words, boxes)
-                    cur, cur_box = [], None
-                cur.append(ch)
-                cur_box = box if cur_box is None else [min(cur_box[0], box[0]), min(cur_box[1], box[1]),
-                                                       max(cur_box[2], box[2]), max(cur_box[3], box[3])]
-                prev_box = box
-            _flush(cur, cur_box, words, boxes)
-            textpage.close()
-        return OcrWords(words, np.array(boxes, np.float32).reshape(-1, 4), (height, width))
-
-
-def _c_int():
-    import ctypes
-
-    return ctypes.c_int()
-
-
-def _flush(chars, box, words, boxes):
-    if chars:
-        words.append("".join(chars))
-        boxes.append(box)
-
-
-def _starts_new_word(prev, box) -> bool:
-    """Chars without a space between them still split when they are on different lines or far apart."""
-    height = max(prev[3] - prev[1], box[3] - box[1], 1.0)
-    overlap = min(prev[3], box[3]) - max(prev[1], box[1])
-    return overlap < 0.3 * height or box[0] - prev[2] > 0.6 * height or box[2] < prev[0]
-
-
-class _PdfPage:
-    """Context manager: open a PDF page with pypdfium2, raising BadSampleError naming the file."""
-
-    def __init__(self, path: Path, page_index: int):
-        self.path, self.page_index = path, page_index
-
-    def __enter__(self):
-        import pypdfium2 as pdfium
-
-        if not self.path.is_file():
-            raise BadSampleError(self.path, "PDF file not found", "check pdf_dir / the file name")
-        try:
-            self.doc = pdfium.PdfDocument(str(self.path))
-        except pdfium.PdfiumError as err:
-            raise BadSampleError(self.path, f"not a readable PDF ({err})",
-                                 "re-export the PDF or use an image with ocr='tesseract'") from err
-        if not 0 <= self.page_index < len(self.doc):
-            n = len(self.doc)
-            self.doc.close()
-            raise BadSampleError(self.path, f"page {self.page_index} requested but the PDF has {n} pages",
-                                 "fix the page index in the annotation")
-        self.page = self.doc[self.page_index]
-        return self.doc, self.page
-
-    def __exit__(self, *exc):
-        self.page.close()
-        self.doc.close()
-        return False
+            scale = self.dpi / POINTS_PER_INCH
+            # a rounded canvas, not the render's ceil: cached entries keep the size they were made with
+            size = (int(round(h_pt * scale)), int(round(w_pt * scale)))
+            words, boxes = text_layer_words(page, size, name=pdf_path, what=f"PDF page {page_index}")
+        return OcrWords(words, boxes, size)
 
 
 def make_ocr(ocr: str | Any = "groundtruth", cache_dir: str | Path | None = None, **kwargs) -> Any:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import logging
 import random
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,7 +29,8 @@ import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.image_io import load_page_image, to_rgb_array
-from dociq.data.ocr import PdfTextLayer, TesseractOCR
+from dociq.data.ocr import TesseractOCR
+from dociq.data.pdf import POINTS_PER_INCH, load_page, open_pdf, render_page, text_layer_words
 from dociq.engine.store import EngineStore, image_sha256
 from dociq.io.track import track
 
@@ -173,35 +173,29 @@ def _add(store: EngineStore, result: ImportResult, image: np.ndarray, words: lis
     return page_id
 
 
-def _import_pdf(store, result, pdf_path: Path, source: str, words: _Words, ocr: str, dpi: int,
+def _import_pdf(store, result, pdf: Path | bytes, source: str, words: _Words, ocr: str, dpi: int,
                 max_page_pixels, split: str) -> None:
-    """Every page of a PDF file; a page that fails is skipped, the others are added."""
-    import pypdfium2 as pdfium
-
-    try:
-        doc = pdfium.PdfDocument(str(pdf_path))
-    except pdfium.PdfiumError as err:
-        raise BadSampleError(source, f"not a readable PDF ({err})", "re-export the PDF") from err
-    layer = PdfTextLayer(dpi=dpi, max_page_pixels=max_page_pixels)
+    """Every page of a PDF (a file, or a zip member's bytes); a page that fails is skipped, the
+    others are added. Words come from the page already open, mapped onto its render."""
+    doc = open_pdf(pdf, source)
     try:
         for index in range(len(doc)):
             page_source = f"{source}#page={index + 1}"
             try:
-                page = doc[index]
-                w_pt, h_pt = page.get_size()
-                scale = dpi / 72.0
-                check_page_pixels(source, round(w_pt * scale), round(h_pt * scale), max_page_pixels,
-                                  f"PDF page {index + 1} at {dpi} dpi")
-                image = np.ascontiguousarray(np.array(page.render(scale=scale).to_pil().convert("RGB"), np.uint8))
-                page_words, boxes = [], np.zeros((0, 4), np.float32)
-                if ocr in ("auto", "none"):
-                    found = layer.words(pdf_path, index, size=image.shape[:2])
-                    page_words, boxes = list(found.words), found.boxes
+                page = load_page(doc, index, source)
+                try:
+                    image = render_page(page, dpi / POINTS_PER_INCH, max_page_pixels=max_page_pixels, name=source,
+                                        what=f"PDF page {index + 1}")
+                    page_words, boxes = [], np.zeros((0, 4), np.float32)
+                    if ocr in ("auto", "none"):
+                        page_words, boxes = text_layer_words(page, image.shape[:2], name=source,
+                                                             what=f"PDF page {index + 1}")
+                finally:
+                    page.close()
                 if ocr == "tesseract" or (ocr == "auto" and not page_words):
                     page_words, boxes = words.for_image(image)
-                page.close()
                 _add(store, result, image, page_words, boxes, source=page_source, split=split)
-            except (BadSampleError, pdfium.PdfiumError, ValueError) as err:
+            except (BadSampleError, ValueError) as err:
                 result.skip(page_source, str(err))
     finally:
         doc.close()
@@ -236,11 +230,7 @@ def _import_zip(store, result, path: Path, words: _Words, ocr: str, dpi: int, ma
                     image = _image_from_bytes(archive.read(info), name, max_page_pixels)
                     _add(store, result, image, *words.for_image(image), source=name, split=split)
                 elif suffix == ".pdf":
-                    # pdfium and the text layer read files: this one member goes to a private temp file
-                    with tempfile.TemporaryDirectory() as tmp:
-                        member = Path(tmp) / "member.pdf"
-                        member.write_bytes(archive.read(info))
-                        _import_pdf(store, result, member, name, words, ocr, dpi, max_page_pixels, split)
+                    _import_pdf(store, result, archive.read(info), name, words, ocr, dpi, max_page_pixels, split)
                 else:
                     result.skip(name, f"not a page image ({', '.join(IMAGE_SUFFIXES)}) or PDF")
             except (BadSampleError, OSError, ValueError, zipfile.BadZipFile) as err:

@@ -39,7 +39,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from dociq.engine.coco_export import export_coco
-from dociq.engine.simulate import mask_iou
+from dociq.data.masks import mask_iou
 from dociq.engine.store import EngineStore
 from dociq.io.checkpoint import read_checkpoint
 

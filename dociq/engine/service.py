@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from fastapi.responses import JSONResponse
 
+from dociq.data import masks as mask_geometry
 from dociq.engine.page_cache import ActivePagePredictor
 from dociq.io import rle as rle_codec
 
@@ -66,11 +67,10 @@ def mask_png(mask: np.ndarray, colour: tuple[int, int, int] = MASK_COLOUR) -> st
 
 
 def mask_box(mask: np.ndarray) -> list[float] | None:
-    """x0, y0, x1, y1 (exclusive) of the mask's pixels, None when empty."""
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    if len(cols) == 0:
-        return None
-    return [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
+    """The mask's tight box (`dociq.data.masks.mask_box`) as JSON: [x0, y0, x1, y1] (exclusive),
+    None (null) when empty."""
+    box = mask_geometry.mask_box(mask)
+    return box.tolist() if box is not None else None
 
 
 # ---- the engine's state -----------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Protocol
 import numpy as np
 from scipy import ndimage
 
+from dociq.data.masks import mask_iou
 from dociq.data.schema import Page
 
 IOU_TARGET = 0.85
@@ -60,11 +61,6 @@ class TargetResult:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def mask_iou(pred: np.ndarray, target: np.ndarray) -> float:
-    union = np.logical_or(pred, target).sum()
-    return float(np.logical_and(pred, target).sum() / union) if union else 1.0
 
 
 def next_click(pred: np.ndarray, target: np.ndarray) -> tuple[float, float, int] | None:

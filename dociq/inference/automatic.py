@@ -40,6 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import ndimage
 
+from dociq.data.masks import mask_box, mask_boxes, mask_iou_matrix
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.io.rle import decode_rle, encode_rle
@@ -101,17 +102,6 @@ def stability_score(logits: np.ndarray, threshold: float = 0.0, offset: float = 
     return np.where(outer > 0, inner / np.maximum(outer, 1), 0.0).astype(np.float32)
 
 
-def mask_boxes(masks: np.ndarray) -> np.ndarray:
-    """bool [N, H, W] non-empty masks -> float32 [N, 4] x0, y0, x1, y1 with exclusive x1, y1."""
-    masks = np.asarray(masks, dtype=bool)
-    if masks.shape[0] == 0:
-        return np.zeros((0, 4), np.float32)
-    rows, cols = masks.any(2), masks.any(1)                                   # [N, H], [N, W]
-    h, w = masks.shape[1:]
-    return np.stack([cols.argmax(1), rows.argmax(1), w - cols[:, ::-1].argmax(1), h - rows[:, ::-1].argmax(1)],
-                    axis=1).astype(np.float32)
-
-
 def box_iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """float [K]: IoU of one box x0, y0, x1, y1 with each of `boxes` [K, 4]."""
     w = (np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])).clip(min=0)
@@ -143,9 +133,10 @@ def remove_small_regions(mask: np.ndarray, min_area: int) -> tuple[np.ndarray, b
 
     Only the mask's box (with a one-pixel margin) is labelled: a hole lies inside it, and the
     background that reaches the margin continues outside the box, so it is never a hole."""
-    y0, y1, x0, x1 = _extent(mask)
-    if y1 == y0:
+    box = mask_box(mask)
+    if box is None:
         return mask.copy(), False
+    x0, y0, x1, y1 = box.astype(int).tolist()
     h, w = mask.shape
     top, bottom, left, right = y0 > 0, y1 < h, x0 > 0, x1 < w      # sides with a margin
     y0, y1, x0, x1 = y0 - top, y1 + bottom, x0 - left, x1 + right
@@ -188,9 +179,10 @@ def part_boxes(answers: Iterable[np.ndarray], min_area: int = 1) -> np.ndarray:
     """float [P, 4] pixel boxes x0, y0, x1, y1 (exclusive) of every connected part of every answer."""
     out = []
     for answer in answers:
-        y0, y1, x0, x1 = _extent(answer)          # labelled inside the answer's box: most answers are small
-        if y1 == y0:
+        box = mask_box(answer)                    # labelled inside the answer's box: most answers are small
+        if box is None:
             continue
+        x0, y0, x1, y1 = box.astype(int).tolist()
         labels, _count = ndimage.label(answer[y0:y1, x0:x1], structure=np.ones((3, 3), dtype=bool))
         for k, (rows, cols) in enumerate(ndimage.find_objects(labels), start=1):
             if np.count_nonzero(labels[rows, cols] == k) >= min_area:
@@ -208,31 +200,6 @@ def box_text_share(boxes: np.ndarray, text: np.ndarray) -> np.ndarray:
         x1, y1 = int(np.clip(np.ceil(x1), 0, w)), int(np.clip(np.ceil(y1), 0, h))
         out[k] = np.count_nonzero(text[y0:y1, x0:x1]) / max((x1 - x0) * (y1 - y0), 1)
     return out
-
-
-def _extent(mask: np.ndarray) -> tuple[int, int, int, int]:
-    """y0, y1, x0, x1 (exclusive) of a bool mask; all 0 when it is empty."""
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if len(rows) else (0, 0, 0, 0)
-
-
-def mask_iou_matrix(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
-    """N bool [H, W] masks x K bool [H, W] masks -> float [N, K] mask IoU. Intersections are
-    counted inside the box where both masks can meet, so a page of many regions needs no
-    [N, H*W] float copy (a 1000 x 1000 page with 100 regions would take 400 MB)."""
-    iou = np.zeros((len(a), len(b)), dtype=np.float32)
-    if len(a) == 0 or len(b) == 0:
-        return iou
-    a_boxes, b_boxes = [_extent(m) for m in a], [_extent(m) for m in b]
-    a_area, b_area = [int(m.sum()) for m in a], [int(m.sum()) for m in b]
-    for k, (by0, by1, bx0, bx1) in enumerate(b_boxes):
-        for n, (ay0, ay1, ax0, ax1) in enumerate(a_boxes):
-            y0, y1, x0, x1 = max(ay0, by0), min(ay1, by1), max(ax0, bx0), min(ax1, bx1)
-            if y1 <= y0 or x1 <= x0:
-                continue
-            inter = np.count_nonzero(a[n][y0:y1, x0:x1] & b[k][y0:y1, x0:x1])
-            iou[n, k] = inter / max(a_area[n] + b_area[k] - inter, 1)
-    return iou
 
 
 def assign_categories(region_masks: Sequence[np.ndarray], class_masks: Mapping[str, np.ndarray],

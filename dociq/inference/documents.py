@@ -5,7 +5,7 @@ page's regions (PageSegmenter) and answers to questions (the Predictor), with th
     for n in range(1, page_count("paper.pdf") + 1):
         page = segmenter.segment_page("paper.pdf", n)       # PageResult: size, regions, words
 
-Words: a PDF page's text layer (pypdfium2); a page without words there (a scan) or an image goes
+Words: a PDF page's text layer (`dociq.data.pdf`); a page without words there (a scan) or an image goes
 through tesseract (`ocr="auto"`). `ocr="tesseract"` reads every page with tesseract, `ocr="none"`
 never calls it (images are then segmented from their pixels alone). `dociq segment` writes the
 results (dociq/cli/segment.py, docs/segment.md).
@@ -18,10 +18,12 @@ from typing import Sequence
 
 import numpy as np
 
-from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError
+from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.image_io import load_page_image
 from dociq.data.ocr import OcrWords, PdfTextLayer, TesseractOCR
-from dociq.inference.automatic import DEFAULT_SEEDS, LAYOUT_QUESTIONS, UNCLASSIFIED, PageSegmenter, mask_boxes
+from dociq.data.pdf import page_count as pdf_page_count
+from dociq.data.masks import mask_boxes
+from dociq.inference.automatic import DEFAULT_SEEDS, LAYOUT_QUESTIONS, UNCLASSIFIED, PageSegmenter
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".pnm", ".ppm", ".pgm")
 OCR_MODES = ("auto", "tesseract", "none")
@@ -41,18 +43,7 @@ def document_kind(name: str) -> str | None:
 def page_count(path: str | Path) -> int:
     """Pages of a PDF (a BadSampleError naming the file when it cannot be read), 1 for an image."""
     path = Path(path)
-    if document_kind(path.name) != "pdf":
-        return 1
-    import pypdfium2 as pdfium
-
-    try:
-        doc = pdfium.PdfDocument(str(path))
-    except pdfium.PdfiumError as err:
-        raise BadSampleError(path, f"not a readable PDF ({err})", "re-export or re-download the PDF") from err
-    try:
-        return len(doc)
-    finally:
-        doc.close()
+    return pdf_page_count(path) if document_kind(path.name) == "pdf" else 1
 
 
 @dataclass

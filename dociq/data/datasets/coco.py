@@ -37,6 +37,7 @@ from dociq.data.errors import (
     check_box_in_page, check_boxes_in_page,
 )
 from dociq.data.image_io import load_page_image, save_page_image
+from dociq.data.masks import mask_box
 from dociq.io.atomic import atomic_write_text
 from dociq.data.ocr import OcrWords, PdfTextLayer, make_ocr
 from dociq.data.schema import QUESTION_KINDS, Page, Question, Region
@@ -153,13 +154,6 @@ def box_mask(box: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     m = np.zeros((h, w), dtype=bool)
     m[max(y0, 0):min(y1, h), max(x0, 0):min(x1, w)] = True
     return m
-
-
-def mask_to_box(mask: np.ndarray) -> np.ndarray:
-    ys, xs = np.nonzero(mask)
-    if len(ys) == 0:
-        return np.zeros(4, np.float32)
-    return np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
 
 
 def category_question_text(name: str) -> str:
@@ -489,7 +483,9 @@ class CocoDocuments(GuardedDocuments):
                 box = check_box_in_page(_xywh_box(ann["bbox"], self.annotation_file, what), size,
                                         self.annotation_file, what, self.box_tolerance)
             elif mask is not None:
-                box = mask_to_box(mask)
+                box = mask_box(mask)
+                if box is None:          # an empty segmentation without a bbox: a zero box
+                    box = np.zeros(4, np.float32)
             else:
                 raise BadSampleError(self.annotation_file, f"{what} has neither 'bbox' nor 'segmentation'",
                                      f"give it a bbox [x, y, w, h], {_SKIP_HINT}")

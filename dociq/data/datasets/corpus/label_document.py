@@ -1,5 +1,8 @@
 """One PDF in, labelled page records out: render, read the text layer, label, gate, ask questions.
 
+Opening and rendering are `dociq.data.pdf`'s; pdfplumber reads the text layer and tag tree here
+(fonts, marked-content ids, tables: more than the plain words `dociq.data.pdf` reads).
+
 A page's labels come from the PDF's tag tree where it has one (`labels_tagged`), with page
 headers, footers and numbers (untagged artifacts) found by repetition; otherwise from its visible
 structure (`labels_structure`). Pages without a text layer are read by tesseract. A page the
@@ -9,7 +12,6 @@ with its reason (encrypted, broken, zero pages), never raised.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
+from dociq.data.pdf import PdfOpenError, open_pdf, render_page, render_size
 
 from dociq.data.datasets.corpus.geometry import area, inside
 from dociq.data.datasets.corpus.labels_structure import DocumentContext, document_context, label_from_structure
@@ -68,21 +71,15 @@ def choose_pages(n_pages: int, cap: int) -> list[int]:
 
 def _open_checked(path):
     """pypdfium2 document, or a (reason, detail) pair for a PDF that cannot be used."""
-    import pypdfium2 as pdfium
-
     try:
-        doc = pdfium.PdfDocument(str(path))
-    except pdfium.PdfiumError as err:
-        if "password" in str(err).lower():
-            return None, ("encrypted", str(err))
-        # pdfium refuses a PDF without pages as if it were broken; pdfminer tells the two apart
-        return None, ("zero_pages" if _pdfminer_page_count(path) == 0 else "broken", str(err))
-    except (OSError, ValueError) as err:
-        return None, ("broken", str(err))
-    if len(doc) == 0:
-        doc.close()
-        return None, ("zero_pages", "the PDF has no pages")
-    return doc, None
+        return open_pdf(path), None
+    except PdfOpenError as err:
+        if err.problem == "encrypted":
+            return None, ("encrypted", err.reason)
+        if err.problem == "empty":
+            return None, ("zero_pages", err.reason)
+        # pdfium refuses some PDFs without pages as if they were broken; pdfminer tells the two apart
+        return None, ("zero_pages" if _pdfminer_page_count(path) == 0 else "broken", err.reason)
 
 
 def _pdfminer_page_count(path) -> int | None:
@@ -152,8 +149,8 @@ def _render_and_read(doc, plumber, tree, index, path, settings, tesseract, resul
             result.dropped["empty_page_box"] += 1
             return None
         scale = settings.page_size / max(w_pt, h_pt)
-        width, height = math.ceil(w_pt * scale), math.ceil(h_pt * scale)
-        try:
+        height, width = render_size(page, scale)
+        try:  # before the density check, which parses the page's text
             check_page_pixels(path, width, height, settings.max_page_pixels, f"PDF page {index}")
         except BadSampleError:
             result.dropped["too_large"] += 1
@@ -162,7 +159,8 @@ def _render_and_read(doc, plumber, tree, index, path, settings, tesseract, resul
         if len(plumber_page.chars) > settings.max_chars:
             result.dropped["too_dense"] += 1
             return None
-        image = np.asarray(page.render(scale=scale).to_pil().convert("RGB"), dtype=np.uint8)
+        image = render_page(page, scale, max_page_pixels=settings.max_page_pixels, name=path,
+                            what=f"PDF page {index}")
         height, width = image.shape[:2]
         # a tagged PDF names its tables; the ruling-line table finder is for untagged ones (and slow)
         content = read_page(plumber_page, scale, (height, width), struct=tree, image=image,
