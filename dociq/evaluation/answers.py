@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from dociq.data.collate import choose_questions, mask_box, sample_points
+from dociq.data.collate import choose_questions, sample_points
+from dociq.data.masks import mask_boxes
 from dociq.data.schema import QUESTION_KINDS, Page
 from dociq.data.scoring import (REGION_SIZES, VAL_SEED, MeanByName, SegmentationMetrics, layout_class,
                                 metric_results, per_prompt_iou_dice, regions_as_prompts)
@@ -48,8 +49,11 @@ def page_seed(page: Page, seed: int) -> int:
 
 
 def tight_boxes(masks: Sequence[np.ndarray]) -> np.ndarray:
-    """float [Q, 4] x0, y0, x1, y1 (x1, y1 exclusive) of each non-empty mask."""
-    return np.stack([mask_box(torch.from_numpy(m)).numpy() for m in masks]).astype(np.float32)
+    """float32 [Q, 4] x0, y0, x1, y1 (x1, y1 exclusive) of each mask; zeros for an empty one.
+    A pixel counts when it is > 0.5 (bool masks as they are), as the collator's prompts do."""
+    if not len(masks):
+        return np.zeros((0, 4), np.float32)
+    return mask_boxes(np.stack([np.asarray(m) > 0.5 for m in masks]))
 
 
 def one_click_each(masks: Sequence[np.ndarray], generator: torch.Generator) -> np.ndarray:

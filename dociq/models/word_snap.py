@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
+from dociq.data.masks import mask_box
 from dociq.data.text_blocks import group_blocks, group_lines
 
 # A word belongs to a mask part when at least this share of its box is inside the mask ...
@@ -56,12 +57,12 @@ def _share_inside(mask: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """float [K]: the share of each (pixel, non-empty) box that the mask covers."""
     x0, y0, x1, y1 = boxes.T
     area = np.maximum((x1 - x0) * (y1 - y0), 1)
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    if not len(rows):
+    tight = mask_box(mask)
+    if tight is None:
         return np.zeros(len(boxes))
     # Integral image of the mask's bounding box (all of its pixels; a page-sized one costs 1,000x
     # more at 1,024 px): the pixel count inside each box, clipped to it, in O(1).
-    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    c0, r0, c1, r1 = tight.astype(np.int64)
     integral = np.pad(mask[r0:r1, c0:c1].astype(np.int32).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
     cx0, cx1 = (x0 - c0).clip(0, c1 - c0), (x1 - c0).clip(0, c1 - c0)
     cy0, cy1 = (y0 - r0).clip(0, r1 - r0), (y1 - r0).clip(0, r1 - r0)
@@ -71,10 +72,10 @@ def _share_inside(mask: np.ndarray, boxes: np.ndarray) -> np.ndarray:
 
 def _parts(mask: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray]:
     """The mask's connected parts, labelled inside its bounding box (every pixel of it, far fewer
-    than the page's): (row, column of the box's corner, labels [h, w], the parts' sizes)."""
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    r0, c0 = rows[0], cols[0]
-    labels, count = ndimage.label(mask[r0:rows[-1] + 1, c0:cols[-1] + 1], structure=_EIGHT_NEIGHBOURS)
+    than the page's): (row, column of the box's corner, labels [h, w], the parts' sizes). The mask
+    must not be empty (callers check: an empty mask has no parts and no box)."""
+    c0, r0, c1, r1 = mask_box(mask).astype(np.int64)
+    labels, count = ndimage.label(mask[r0:r1, c0:c1], structure=_EIGHT_NEIGHBOURS)
     return r0, c0, labels, np.bincount(labels.ravel(), minlength=count + 1)[1:]
 
 

@@ -226,3 +226,49 @@ def test_dataset_pickles_for_spawned_workers(tmp_path):
     ds = CocoDocuments(write_coco([hand_built_page(7)], tmp_path / "ds"), on_bad_sample="skip")
     clone = pickle.loads(pickle.dumps(ds))
     assert_same_page(ds[0], clone[0])
+
+
+def test_questions_are_written_as_annotation_ids(tmp_path):
+    path = write_coco([hand_built_page(0), hand_built_page(1)], tmp_path / "ds")
+    data = json.loads(path.read_text())
+    ids_of = {img["id"]: [a["id"] for a in data["annotations"] if a["image_id"] == img["id"]]
+              for img in data["images"]}
+    assert ids_of == {1: [1, 2, 3, 4], 2: [5, 6, 7, 8]}  # unique in the file, in writing order
+    second = data["images"][1]["questions"]
+    assert all("region_ids" not in q for img in data["images"] for q in img["questions"])
+    assert [q["annotation_ids"] for q in second] == [[5], [7], [], [6]]
+
+
+def test_an_old_file_with_region_ids_still_loads(tmp_path):
+    """Files written before the one writer name a question's targets by `region_ids` (indices of
+    the page's annotations in file order): they read back as the same pages."""
+    pages = [hand_built_page(0), hand_built_page(1, h=40, w=72)]
+    path = write_coco(pages, tmp_path / "ds")
+    data = json.loads(path.read_text())
+    for img in data["images"]:
+        order = [a["id"] for a in data["annotations"] if a["image_id"] == img["id"]]
+        for q in img["questions"]:
+            q["region_ids"] = [order.index(a) for a in q.pop("annotation_ids")]
+    path.write_text(json.dumps(data))
+    ds = CocoDocuments(path)
+    for original, page in zip(pages, (ds[0], ds[1])):
+        assert_same_page(original, page)
+
+
+def test_pycocotools_reads_the_written_file(tmp_path):
+    from pycocotools.coco import COCO
+
+    page = hand_built_page(3)
+    path = write_coco([page], tmp_path / "ds")
+    coco = COCO(str(path))
+    anns = coco.loadAnns(coco.getAnnIds(imgIds=[1]))
+    assert [coco.loadCats(a["category_id"])[0]["name"] for a in anns] == [r.label for r in page.regions]
+    for ann, region in zip(anns, page.regions):
+        np.testing.assert_array_equal(coco.annToMask(ann).astype(bool), region.mask)
+
+
+def test_write_coco_refuses_a_question_about_a_missing_region(tmp_path):
+    page = hand_built_page(4)
+    page.questions[0].region_ids = [9]
+    with pytest.raises(ValueError, match=r"region_ids \[9\] but the page has 4 regions"):
+        write_coco([page], tmp_path / "ds")

@@ -257,3 +257,84 @@ def test_cli_import_progress_split_export(tmp_path, folder, capsys):
     assert engine_main(["export", "--data", str(data), "--out", str(out_file)]) == 0
     assert "1 pages, 1 regions" in capsys.readouterr().out
     assert len(CocoDocuments(out_file)) == 1
+
+
+def _page_both_writers_agree_on():
+    """A Page as the engine stores it: tight boxes, each region's words those whose centre it holds,
+    questions in the engine's order (annotators' on regions, free ones, then one per category)."""
+    from dociq.data.masks import mask_box
+    from dociq.data.schema import Page, Question, Region
+    from dociq.data.text_blocks import words_in_masks
+
+    h, w = 48, 64
+    image = np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    words = ["Invoice", "No.", "4711", "Total:", "12.50"]
+    boxes = np.array([[2, 3, 20, 9], [22, 3, 30, 9], [32, 3, 44, 9], [2, 30, 18, 36], [40, 30, 55, 36]], np.float32)
+    masks = [np.zeros((h, w), bool) for _ in range(3)]
+    masks[0][2:10, 1:46] = True
+    masks[1][29:37, 1:19] = True
+    masks[2][29:37, 39:57] = True
+    masks[2][37, 45] = True  # not a rectangle
+    labels = ["title", "field", "field"]
+    regions = []
+    for label, mask, ids in zip(labels, masks, words_in_masks(boxes, masks)):
+        regions.append(Region(label, mask_box(mask), mask, " ".join(words[j] for j in ids), list(ids)))
+    cell = np.zeros((h, w), bool)
+    cell[30:34, 41:50] = True
+    questions = [Question("where is the heading?", "layout", masks[0].copy(), [0]),
+                 Question("what is the total?", "reading", masks[2].copy(), [2]),
+                 Question("which cell holds the amount?", "cell", cell, []),
+                 Question("segment every title", "category", masks[0].copy(), [0]),
+                 Question("segment every field", "category", masks[1] | masks[2], [1, 2])]
+    return Page(image, words, boxes, regions, questions, meta={"page_id": "p"})
+
+
+def test_engine_export_and_write_coco_read_back_as_the_same_page(store, tmp_path):
+    from pycocotools.coco import COCO
+
+    from dociq.data.datasets.coco import write_coco
+    from dociq.engine.importer import add_annotated_page
+
+    page = _page_both_writers_agree_on()
+    add_annotated_page(store, page, source="hand", split="train", author="test")
+    engine_json = export_coco(store, tmp_path / "engine" / "annotations.json")
+    dataset_json = write_coco([page], tmp_path / "dataset")
+    a, b = CocoDocuments(engine_json)[0], CocoDocuments(dataset_json)[0]
+    for got in (a, b):
+        np.testing.assert_array_equal(got.image, page.image)
+        assert got.words == page.words
+        np.testing.assert_allclose(got.word_boxes, page.word_boxes)
+        assert [(r.label, r.text, r.word_ids) for r in got.regions] == [
+            (r.label, r.text, r.word_ids) for r in page.regions]
+        for r, want in zip(got.regions, page.regions):
+            np.testing.assert_allclose(r.box, want.box)
+            np.testing.assert_array_equal(r.mask, want.mask)
+        assert [(q.text, q.kind, q.region_ids) for q in got.questions] == [
+            (q.text, q.kind, q.region_ids) for q in page.questions]
+        for q, want in zip(got.questions, page.questions):
+            np.testing.assert_array_equal(q.mask, want.mask)
+    for path in (engine_json, dataset_json):  # one field name for a question's targets; pycocotools reads both
+        data = json.loads(path.read_text())
+        assert all("annotation_ids" in q and "region_ids" not in q for q in data["images"][0]["questions"])
+        coco = COCO(str(path))
+        masks = [coco.annToMask(ann).astype(bool) for ann in coco.loadAnns(coco.getAnnIds(imgIds=[1]))]
+        assert len(masks) == 3 and all((m == r.mask).all() for m, r in zip(masks, page.regions))
+
+
+def test_engine_export_with_region_ids_of_an_older_dociq_still_loads(store, folder, tmp_path):
+    import_folder(store, folder, ocr="none", dpi=72)
+    _annotate(store)
+    out = export_coco(store, tmp_path / "export" / "annotations.json")
+    new = CocoDocuments(out, require_words=False)
+    data = json.loads(out.read_text())
+    for img in data["images"]:
+        order = [a["id"] for a in data["annotations"] if a["image_id"] == img["id"]]
+        for q in img["questions"]:
+            q["region_ids"] = [order.index(i) for i in q.pop("annotation_ids")]
+    old_file = tmp_path / "export" / "old.json"
+    old_file.write_text(json.dumps(data))
+    old = CocoDocuments(old_file, require_words=False)
+    for i in range(len(new)):
+        assert [(q.text, q.kind, q.region_ids) for q in old[i].questions] == [
+            (q.text, q.kind, q.region_ids) for q in new[i].questions]
+        assert all((p.mask == q.mask).all() for p, q in zip(old[i].questions, new[i].questions))

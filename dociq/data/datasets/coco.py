@@ -4,11 +4,15 @@ Regions are the annotations (label = category name; polygons and RLE, compressed
 with pycocotools). Pages get one "category" question per category present ("segment every
 table" -> union mask); box/point prompts are sampled later by the collator from question masks.
 
-dociq's extra fields, read when present and written by `write_coco`:
+dociq's extra fields, read when present and written by `write_coco_records` (the one writer,
+behind `write_coco` and the engine's export):
   image entry  "words":     [{"text", "bbox": [x, y, w, h]}]          ground-truth OCR
-               "questions": [{"text", "kind", "region_ids" | "annotation_ids",
-                              "segmentation": RLE}]                    region_ids index the page's
-                                                                       annotations in file order
+               "questions": [{"text", "kind", "annotation_ids" | "region_ids",
+                              "segmentation": RLE}]                    annotation_ids: ids of the
+                                                                       page's annotations (written);
+                                                                       region_ids: their indices in
+                                                                       file order (read, as older
+                                                                       write_coco files have it)
                "links":     [[key_region, value_region], ...]          region indices
                "page_id", "meta", "pdf_page" (page of a multi-page PDF file_name / pdf_dir PDF)
   annotation   "text", "word_ids"                                      word_ids index "words"
@@ -23,8 +27,11 @@ that need it, warned about once and listed in `dataset.dropped_regions`; the pag
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -197,7 +204,7 @@ def read_annotation_json(path: Path) -> dict:
 
 
 class CocoDocuments(GuardedDocuments):
-    """Pages of a COCO-format document data set (DocLayNet, PubLayNet, `write_coco` output).
+    """Pages of a COCO-format document data set (DocLayNet, PubLayNet, `write_coco_records` output).
 
     annotation_file:   the COCO JSON.
     image_dir:         where `file_name`s live; default `images/` beside the JSON if it exists,
@@ -577,7 +584,64 @@ class CocoDocuments(GuardedDocuments):
 
 
 # ---------------------------------------------------------------------------------------------
-# writing
+# writing: one writer of dociq's COCO variant. It takes plain per-page records (`CocoPage`);
+# `write_coco` builds them from `Page`s, the engine's export (`dociq.engine.coco_export`) from its
+# annotation store.
+
+
+@dataclass
+class CocoRegion:
+    """One COCO annotation of a `CocoPage`.
+
+    label:        its category name (categories get ids 1.. in the order first written).
+    segmentation: compressed RLE {"size": [H, W], "counts": str} at the page's size.
+    bbox, area:   COCO [x, y, width, height] and pixel count.
+    id:           annotation id, unique in the file; None: the number of annotations written
+                  before it + 1 (the ids `write_coco` gives).
+    text, word_ids: None leaves the field out (the reader then gives the region the words whose
+                  centre it holds, and their text).
+    """
+    label: str
+    segmentation: dict
+    bbox: Sequence[float]
+    area: float
+    id: int | None = None
+    text: str | None = None
+    word_ids: Sequence[int] | None = None
+
+
+@dataclass
+class CocoQuestion:
+    """A question of a `CocoPage`: `region_ids` index the page's `regions` (written as the
+    annotations' ids, `annotation_ids`); `segmentation` (compressed RLE) is its target, None: the
+    union of its regions (the reader's default)."""
+    text: str
+    kind: str
+    region_ids: Sequence[int] = ()
+    segmentation: dict | None = None
+
+
+@dataclass
+class CocoPage:
+    """One image entry with its annotations, as `write_coco_records` writes it.
+
+    image:     uint8 [H, W, 3] (saved as PNG) or the path of an image file (hard-linked into the
+               image folder when the file system allows, else copied: it must not change in place).
+    file_name: the image's name in the image folder; None: "<image id>.png".
+    page_id:   None: the image id. word_boxes: [K, 4] x0, y0, x1, y1 (written as COCO x, y, w, h).
+    links:     [key_region, value_region] index pairs into `regions`. meta: JSON-safe items kept.
+    """
+    image: np.ndarray | Path
+    width: int
+    height: int
+    words: Sequence[str] = ()
+    word_boxes: Any = ()
+    regions: list[CocoRegion] = field(default_factory=list)
+    questions: list[CocoQuestion] = field(default_factory=list)
+    links: Sequence[tuple[int, int]] = ()
+    page_id: str | None = None
+    file_name: str | None = None
+    meta: dict = field(default_factory=dict)
 
 
 def _json_safe(meta: dict) -> dict:
@@ -591,52 +655,123 @@ def _json_safe(meta: dict) -> dict:
     return out
 
 
-def write_coco(pages: Iterable[Page], out_dir: str | Path) -> Path:
-    """Write pages as `out_dir/annotations.json` + `out_dir/images/<image id>.png`.
+def _place_file(src: Path, dst: Path) -> None:
+    """Hard-link `src` to `dst` (no copy of an unchanging page), else copy it; replace atomically."""
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
 
-    Words, questions (with RLE target masks), links, region text/word_ids and JSON-safe meta go
-    into dociq's extra fields, so `CocoDocuments` reads back the same pages. Every file is
-    written atomically; annotations.json last, so it never lists an image that is not there.
-    """
-    out_dir = Path(out_dir)
-    (out_dir / "images").mkdir(parents=True, exist_ok=True)
+
+def _write_image(record: CocoPage, dst: Path, where: str) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(record.image, (str, Path)):
+        _place_file(Path(record.image), dst)
+        return
+    image = record.image
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"{where}: image must be uint8 [H, W, 3], got {image.dtype} {image.shape}")
+    if image.shape[:2] != (record.height, record.width):
+        raise ValueError(f"{where}: image is {image.shape[:2]} (HxW) but the record says "
+                         f"{(record.height, record.width)}")
+    save_page_image(image, dst)
+
+
+def write_coco_records(pages: Iterable[CocoPage], json_path: str | Path, image_dir: str | Path | None = None,
+                       info: dict | None = None) -> Path:
+    """Write page records as COCO instance JSON at `json_path`, images into `image_dir` (default
+    `images/` beside the JSON, where `CocoDocuments` looks). Returns `json_path`.
+
+    dociq's extra fields (see the module doc) carry words, questions, links, region text/word_ids
+    and meta; a question's targets are written as `annotation_ids` (the annotations' ids, which
+    survive tools that reorder or filter annotations). Every file is written atomically, the JSON
+    last, so it never lists an image that is not there and a crash leaves the previous one."""
+    json_path = Path(json_path)
+    image_dir = json_path.parent / "images" if image_dir is None else Path(image_dir)
+    image_dir.mkdir(parents=True, exist_ok=True)
     categories: dict[str, int] = {}
-    images, annotations = [], []
-    for index, page in enumerate(pages):
+    images, annotations, used_ids = [], [], set()
+    for index, record in enumerate(pages):
         image_id = index + 1
-        h, w = page.size
-        if page.image.dtype != np.uint8 or page.image.ndim != 3 or page.image.shape[2] != 3:
-            raise ValueError(f"page {index} ({page.meta.get('page_id')}): image must be uint8 [H, W, 3], "
-                             f"got {page.image.dtype} {page.image.shape}")
-        file_name = f"{image_id}.png"
-        save_page_image(page.image, out_dir / "images" / file_name)
-        first_ann = len(annotations) + 1
-        for r_index, region in enumerate(page.regions):
-            if region.mask.shape != (h, w):
-                raise ValueError(f"page {index} region {r_index}: mask {region.mask.shape} != page {(h, w)}")
-            cat = categories.setdefault(region.label, len(categories) + 1)
-            x0, y0, x1, y1 = (float(v) for v in region.box)
-            annotations.append({
-                "id": first_ann + r_index, "image_id": image_id, "category_id": cat,
-                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": float(region.mask.sum()), "iscrowd": 0,
-                "segmentation": encode_rle(region.mask),
-                "text": region.text, "word_ids": [int(j) for j in region.word_ids],
-            })
+        page_id = str(image_id if record.page_id is None else record.page_id)
+        where = f"page {index} ({page_id})"
+        h, w = int(record.height), int(record.width)
+        file_name = record.file_name or f"{image_id}.png"
+        _write_image(record, image_dir / file_name, where)
+        ann_ids = []
+        for r_index, region in enumerate(record.regions):
+            if [int(v) for v in region.segmentation["size"]] != [h, w]:
+                raise ValueError(f"{where} region {r_index}: mask {tuple(region.segmentation['size'])} "
+                                 f"!= page {(h, w)}")
+            ann_id = len(annotations) + 1 if region.id is None else region.id
+            if ann_id in used_ids:
+                raise ValueError(f"{where} region {r_index}: annotation id {ann_id} is already used: "
+                                 "annotation ids must be unique in the file")
+            used_ids.add(ann_id)
+            ann_ids.append(ann_id)
+            ann = {"id": ann_id, "image_id": image_id,
+                   "category_id": categories.setdefault(region.label, len(categories) + 1),
+                   "bbox": [float(v) for v in region.bbox], "area": float(region.area), "iscrowd": 0,
+                   "segmentation": dict(region.segmentation)}
+            if region.text is not None:
+                ann["text"] = str(region.text)
+            if region.word_ids is not None:
+                ann["word_ids"] = [int(j) for j in region.word_ids]
+            annotations.append(ann)
+        questions = []
+        for k, q in enumerate(record.questions):
+            if any(not 0 <= int(i) < len(ann_ids) for i in q.region_ids):
+                raise ValueError(f"{where} question {k} ({q.text!r}): region_ids {list(q.region_ids)} but the "
+                                 f"page has {len(ann_ids)} regions")
+            entry = {"text": q.text, "kind": q.kind, "annotation_ids": [ann_ids[int(i)] for i in q.region_ids]}
+            if q.segmentation is not None:
+                entry["segmentation"] = dict(q.segmentation)
+            questions.append(entry)
         images.append({
-            "id": image_id, "file_name": file_name, "width": w, "height": h,
-            "page_id": str(page.meta.get("page_id", image_id)),
+            "id": image_id, "file_name": file_name, "width": w, "height": h, "page_id": page_id,
             "words": [{"text": t, "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]}
-                      for t, b in zip(page.words, np.asarray(page.word_boxes, np.float64))],
-            "questions": [{"text": q.text, "kind": q.kind, "region_ids": [int(i) for i in q.region_ids],
-                           "segmentation": encode_rle(q.mask)} for q in page.questions],
-            "links": [[int(a), int(b)] for a, b in page.links],
-            "meta": _json_safe(page.meta),
+                      for t, b in zip(record.words, np.asarray(record.word_boxes, np.float64))],
+            "questions": questions,
+            "links": [[int(a), int(b)] for a, b in record.links],
+            "meta": _json_safe(record.meta),
         })
     data = {
-        "info": {"description": "written by dociq.data.datasets.coco.write_coco"},
+        "info": dict(info or {}),
         "images": images, "annotations": annotations,
         "categories": [{"id": i, "name": name, "supercategory": "document"} for name, i in categories.items()],
     }
-    path = out_dir / "annotations.json"
-    atomic_write_text(path, json.dumps(data))
-    return path
+    atomic_write_text(json_path, json.dumps(data))
+    return json_path
+
+
+def page_record(page: Page) -> CocoPage:
+    """A `Page` as a `CocoPage`: masks as RLE, boxes as COCO boxes, every question with its mask
+    (a target need not be the union of its regions), so `CocoDocuments` reads back the same page."""
+    h, w = page.size
+    regions = []
+    for r_index, region in enumerate(page.regions):
+        if region.mask.shape != (h, w):
+            raise ValueError(f"page {page.meta.get('page_id')} region {r_index}: mask {region.mask.shape} "
+                             f"!= page {(h, w)}")
+        x0, y0, x1, y1 = (float(v) for v in region.box)
+        regions.append(CocoRegion(label=region.label, segmentation=encode_rle(region.mask),
+                                  bbox=[x0, y0, x1 - x0, y1 - y0], area=float(region.mask.sum()),
+                                  text=region.text, word_ids=[int(j) for j in region.word_ids]))
+    questions = [CocoQuestion(q.text, q.kind, [int(i) for i in q.region_ids], encode_rle(q.mask))
+                 for q in page.questions]
+    page_id = page.meta.get("page_id")
+    return CocoPage(image=page.image, width=w, height=h, words=list(page.words), word_boxes=page.word_boxes,
+                    regions=regions, questions=questions, links=list(page.links),
+                    page_id=None if page_id is None else str(page_id), meta=page.meta)
+
+
+def write_coco(pages: Iterable[Page], out_dir: str | Path) -> Path:
+    """Write pages as `out_dir/annotations.json` + `out_dir/images/<image id>.png`
+    (`write_coco_records` of each `page_record`), so `CocoDocuments` reads back the same pages.
+    Every file is written atomically; annotations.json last."""
+    out_dir = Path(out_dir)
+    return write_coco_records((page_record(p) for p in pages), out_dir / "annotations.json", out_dir / "images",
+                              info={"description": "written by dociq.data.datasets.coco.write_coco"})
