@@ -5,6 +5,9 @@
   `engine` < `cli` (FORBIDDEN lists what each layer must not import; `evaluation` scores through
   the Predictor and imports nothing of `training`, so the lean install can evaluate);
 - only `training` (and the optimizer's Lightning strategy) imports Lightning;
+- every Hydra `_target_` naming a dociq object (in `dociq/configs/**/*.yaml`, and as a string
+  literal in dociq's code, e.g. a config a module writes) names one in `data`, `models`, `training`
+  or `optim`: what training builds from a config string is a layer it may import;
 - no function longer than ~80 lines;
 - a function-level import of a dociq module says why it is deferred (`# deferred: ...`).
 """
@@ -15,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dociq"
 # layer -> the layers it must not import (the rest of dociq it may)
@@ -33,6 +37,8 @@ FORBIDDEN = {
     "dociq.engine": ("dociq.training", "dociq.cli"),
 }
 LIGHTNING_ALLOWED = ("dociq.training", "dociq.optim.strategy", "dociq.optim.comm_hook")
+# the layers a Hydra `_target_` may name (third-party targets, lightning.* or torch.*, are free)
+TARGET_LAYERS = ("dociq.data", "dociq.models", "dociq.training", "dociq.optim")
 MAX_FUNCTION_LINES = 80
 
 
@@ -137,6 +143,47 @@ def test_only_training_imports_lightning():
                         if dotted.split(".")[0] in ("lightning", "pytorch_lightning")
                         and not in_layer(name, LIGHTNING_ALLOWED)})
     assert not offending, "\n".join(offending)
+
+
+def yaml_targets(node):
+    """Every `_target_` string in a loaded YAML document."""
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            yield node["_target_"]
+        node = list(node.values())
+    if isinstance(node, list):
+        for child in node:
+            yield from yaml_targets(child)
+
+
+def config_targets() -> list[tuple[str, str]]:
+    """(file[:line], target) for every `_target_` of the shipped configs and every `_target_`
+    string literal in dociq's code (`{"_target_": "..."}` or `_target_="..."`)."""
+    found = [(str(path.relative_to(PACKAGE.parent)), target)
+             for path in sorted((PACKAGE / "configs").rglob("*.yaml"))
+             for target in yaml_targets(yaml.safe_load(path.read_text()))]
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                pairs = [(k.value, v) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)]
+            elif isinstance(node, ast.Call):
+                pairs = [(kw.arg, kw.value) for kw in node.keywords]
+            else:
+                continue
+            found += [(f"{MODULES[name].relative_to(PACKAGE.parent)}:{value.lineno}", value.value)
+                      for key, value in pairs if key == "_target_"
+                      and isinstance(value, ast.Constant) and isinstance(value.value, str)]
+    return found
+
+
+def test_config_targets_name_only_layers_training_may_build():
+    """Training instantiates `_target_` strings, which the import rules cannot see: a config that
+    named an engine or cli class would make training import a layer above it."""
+    targets = config_targets()
+    assert any(w.endswith(".yaml") for w, _ in targets) and any(".py:" in w for w, _ in targets)
+    offending = sorted(f"{where}: {target}" for where, target in targets
+                       if target.split(".")[0] == "dociq" and not in_layer(target, TARGET_LAYERS))
+    assert not offending, (f"_target_s outside {', '.join(TARGET_LAYERS)}:\n" + "\n".join(offending))
 
 
 def test_no_function_longer_than_the_limit():

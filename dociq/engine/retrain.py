@@ -8,10 +8,12 @@ A round
      `heldout` pages) as COCO JSON (`dociq.engine.coco_export.export_coco`);
   2. fine-tunes FROM the current checkpoint (`store.checkpoint()`, else `base_checkpoint`) with
      `python train.py stage=finetune init.from=<ckpt>` in a subprocess, on the user's pages MIXED
-     with synthetic pages (`UserPagesWithSynthetic`): a few hundred pages of one user's documents alone
-     would make the model forget the rest of its training distribution. The run's Hydra config
-     groups (data, model, callbacks) are written to `<round dir>/conf/` and passed with
-     `--config-dir`; the model group is the checkpoint's own model config, so any model size works;
+     with synthetic pages (`dociq.data.mixture.MixedDocuments`, weights [1 - f, f]): a few hundred
+     pages of one user's documents alone would make the model forget the rest of its training
+     distribution. The run's Hydra config groups (data, model, callbacks) are written to
+     `<round dir>/conf/` and passed with `--config-dir`; the data group starts from the shipped
+     `data=corpus_mixed` and replaces only its train set (and drops validation); the model group is
+     the checkpoint's own model config, so any model size works;
   3. evaluates the old and the new checkpoint on the held-out pages' accepted annotations
      (per-prompt IoU of the question's mask; mean = mIoU);
   4. promotes the new checkpoint (`store.set_checkpoint`) only if held-out mIoU does not drop by
@@ -31,15 +33,14 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-from torch.utils.data import Dataset
 
-from dociq.engine.coco_export import export_coco
+from dociq.data.datasets.coco import CocoDocuments
 from dociq.data.masks import mask_iou
+from dociq.engine.coco_export import export_coco
 from dociq.engine.store import EngineStore
 from dociq.io.checkpoint import read_checkpoint
 
@@ -62,58 +63,33 @@ class RoundFailedError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------
-# the training data: the user's pages mixed with synthetic ones
+# the training data: the user's pages mixed with synthetic ones (dociq.data.mixture.MixedDocuments)
+
+# the shipped data group the round's data config starts from: a MixedDocuments train set whose
+# `datasets` and `weights` lists the round replaces (Hydra replaces lists whole), and the data
+# module's defaults (tokenizer, image size, ...) every data group shares
+BASE_DATA_CONFIG = "corpus_mixed"
+# how the round reads its own export (the store's words are the ground truth)
+USER_SET = {"ocr": "groundtruth", "on_bad_sample": "raise"}
+NO_USER_PAGES_FIX = "Fix: annotate (accept) masks on train pages first"
+# the synthetic pages of the mix: the fine-tuning recipe's training data (data=synthetic), fixed seed
+DEFAULT_SYNTHETIC = {"num_pages": 4000, "seed": 0, "degrade": 0.3}
 
 
-class UserPagesWithSynthetic(Dataset):
-    """The user's pages with synthetic pages interleaved, a `synthetic_fraction` share of items.
-
-    Item i is synthetic when floor((i + 1) f) > floor(i f) (f = synthetic_fraction): every prefix
-    of the data set holds round-down(n f) synthetic items, so the mix is exact and deterministic,
-    and the collator's shuffled batches see it at any length. User pages cycle; synthetic pages are
-    taken in order (the j-th synthetic item is synthetic_set[j mod len]), so a long data set sees
-    many different synthetic pages while the few user pages repeat.
-
-    num_pages: the data set's length; None -> every user page once plus its share of synthetic
-    pages (ceil(n_user / (1 - f)) items).
-    """
-
-    def __init__(self, user_set: Dataset, synthetic_set: Dataset | None = None, synthetic_fraction: float = 0.5,
-                 num_pages: int | None = None) -> None:
-        f = float(synthetic_fraction)
-        if not 0.0 <= f < 1.0:
-            raise ValueError(f"synthetic_fraction={synthetic_fraction!r}: need 0 <= f < 1 (1 would leave no "
-                             "user page); 0 trains on the user's pages only")
-        if len(user_set) == 0:
-            raise ValueError("UserPagesWithSynthetic: user_set is empty: the store exported no accepted annotations "
-                             "of the train split. Fix: annotate (accept) masks on train pages first")
-        if f > 0 and (synthetic_set is None or len(synthetic_set) == 0):
-            raise ValueError(f"synthetic_fraction={f} but synthetic_set is empty: give synthetic pages or "
-                             "synthetic_fraction=0")
-        self.user_set, self.synthetic_set = user_set, synthetic_set
-        self.fraction = Fraction(f).limit_denominator(1000)
-        if num_pages is None:
-            num_pages = math.ceil(len(user_set) / (1 - float(self.fraction)))
-        if not isinstance(num_pages, (int, np.integer)) or num_pages < 1:
-            raise ValueError(f"num_pages={num_pages!r}: need a positive int (or None)")
-        self.num_pages = int(num_pages)
-
-    def __len__(self) -> int:
-        return self.num_pages
-
-    def _synthetic_before(self, i: int) -> int:
-        return math.floor(i * self.fraction)
-
-    def is_synthetic(self, i: int) -> bool:
-        return self._synthetic_before(i + 1) > self._synthetic_before(i)
-
-    def __getitem__(self, i: int):
-        if not 0 <= i < self.num_pages:
-            raise IndexError(f"item {i} out of range for {self.num_pages} mixed pages")
-        before = self._synthetic_before(i)
-        if self.is_synthetic(i):
-            return self.synthetic_set[before % len(self.synthetic_set)]
-        return self.user_set[(i - before) % len(self.user_set)]
+def check_mix(synthetic_fraction: float, synthetic: dict | None, num_pages: int | None = None) -> None:
+    """Refuse a training mix MixedDocuments could not build, with the round's own words, before
+    anything is exported or trained."""
+    f = float(synthetic_fraction)
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"synthetic_fraction={synthetic_fraction!r}: need 0 <= f < 1 (1 would leave no "
+                         "user page); 0 trains on the user's pages only")
+    if f > 0 and not (synthetic or {}).get("num_pages"):
+        raise ValueError(f"synthetic_fraction={f} but the synthetic set is empty: give synthetic pages "
+                         "(synthetic={'num_pages': N, ...}) or synthetic_fraction=0")
+    if num_pages is not None and (isinstance(num_pages, bool) or not isinstance(num_pages, (int, np.integer))
+                                  or num_pages < 1):
+        raise ValueError(f"num_pages={num_pages!r}: need a positive int (or None: every user page at least "
+                         "once plus its share of synthetic pages, and at least steps x batch_size pages)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +128,13 @@ def heldout_miou(checkpoint: Path, annotations: list, store, predictor_factory: 
 
 @dataclass
 class TrainJob:
-    """Everything the training subprocess needs; `command()` is what runs."""
+    """Everything the training subprocess needs; `command()` is what runs.
+
+    synthetic_fraction: f, the share of synthetic pages in the training mix (0 <= f < 1).
+    synthetic: the SyntheticDocuments settings of those pages (None: none; then f must be 0).
+    num_pages: the mix's length; None: every user page at least once plus its share of synthetic
+               pages (ceil(n_user / (1 - f))), and at least steps x batch_size pages, so one pass
+               covers the run and synthetic pages do not repeat."""
     init_from: Path
     train_json: Path
     work_dir: Path
@@ -161,9 +143,13 @@ class TrainJob:
     seed: int = 0
     lr: float = DEFAULT_LR
     batch_size: int = 4
-    synthetic: dict = field(default_factory=lambda: {"num_pages": 4000, "seed": 0, "degrade": 0.3})
+    synthetic: dict | None = field(default_factory=lambda: dict(DEFAULT_SYNTHETIC))
     overrides: Sequence[str] = ()
     task: dict = field(default_factory=dict)   # task.* settings the checkpoint was trained with
+    num_pages: int | None = None
+
+    def __post_init__(self) -> None:
+        check_mix(self.synthetic_fraction, self.synthetic, self.num_pages)
 
     @property
     def output_dir(self) -> Path:
@@ -177,30 +163,40 @@ class TrainJob:
     def config_dir(self) -> Path:
         return self.work_dir / "conf"
 
+    def mix_length(self, user_pages: int) -> int:
+        """The mix's length for `user_pages` exported pages (see num_pages)."""
+        if self.num_pages is not None:
+            return int(self.num_pages)
+        every_user_page = math.ceil(user_pages / (1.0 - float(self.synthetic_fraction)) - 1e-9)
+        return max(every_user_page, max(self.steps, 1) * self.batch_size)
+
+    def train_set(self) -> dict:
+        """The run's train set: MixedDocuments of the user's exported pages and synthetic pages at
+        weights [1 - f, f], seeded by the run's seed (the round's). Raises when the export holds no page."""
+        user = {"_target_": "dociq.data.datasets.coco.CocoDocuments", "annotation_file": str(self.train_json),
+                **USER_SET}
+        user_pages = len(CocoDocuments(self.train_json, **USER_SET))
+        if user_pages == 0:
+            raise ValueError(f"the train export {self.train_json} holds no page: the store exported no accepted "
+                             f"annotations of the '{TRAIN_SPLIT}' split. {NO_USER_PAGES_FIX}")
+        f = float(self.synthetic_fraction)
+        datasets, weights = [user], [1.0]
+        if f > 0:
+            datasets.append({"_target_": "dociq.data.synthetic.generator.SyntheticDocuments",
+                             "image_size": "${model.image_size}", **self.synthetic})
+            weights = [1.0 - f, f]
+        return {"_target_": "dociq.data.mixture.MixedDocuments", "datasets": datasets, "weights": weights,
+                "length": self.mix_length(user_pages), "seed": "${seed}"}
+
     def write_config(self, model_config: dict) -> None:
-        """The run's own Hydra groups: data (UserPagesWithSynthetic over the export), model (the
-        checkpoint's), callbacks (only the last checkpoint: the round evaluates it itself)."""
+        """The run's own Hydra groups: data (the shipped `data=corpus_mixed` with `train_set()` in
+        place of its train set and no validation), model (the checkpoint's), callbacks (only the
+        last checkpoint: the round evaluates it itself). stage=finetune sets the data module's
+        questions, batch size and masking."""
+        data = {"defaults": [BASE_DATA_CONFIG, "_self_"], "train_set": self.train_set(), "val_set": None}
         conf = self.config_dir
         for group in ("data", "model", "callbacks"):
             (conf / group).mkdir(parents=True, exist_ok=True)
-        data = {
-            "_target_": "dociq.training.datamodule.DocumentDataModule",
-            "train_set": {
-                "_target_": "dociq.engine.retrain.UserPagesWithSynthetic",
-                "user_set": {"_target_": "dociq.data.datasets.coco.CocoDocuments", "annotation_file": str(self.train_json),
-                             "ocr": "groundtruth", "on_bad_sample": "raise"},
-                "synthetic_set": {"_target_": "dociq.data.synthetic.generator.SyntheticDocuments",
-                                  "image_size": "${model.image_size}", **self.synthetic},
-                "synthetic_fraction": float(self.synthetic_fraction),
-                # enough items that one data epoch covers the run: synthetic pages never repeat
-                "num_pages": int(max(self.steps, 1) * self.batch_size),
-            },
-            "val_set": None,
-            "image_size": "${model.image_size}", "batch_size": self.batch_size, "seed": "${seed}",
-            "num_workers": 1, "tokenizer": {"vocab_dir": None, "max_length": 3072},
-            "question_context_length": 32, "questions": True, "max_questions": 8,
-            "max_question_words": 12, "points_per_prompt": 1, "image_masking": None, "text_masking": None,
-        }
         callbacks = {"model_checkpoint": {
             "_target_": "lightning.pytorch.callbacks.ModelCheckpoint",
             "dirpath": "${paths.output_dir}/checkpoints", "monitor": None, "save_top_k": 0, "save_last": True}}
@@ -329,9 +325,13 @@ def _pages_split(store, split: str) -> set[str]:
 def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300, synthetic_fraction: float = 0.5,
               overrides: Sequence[str] = (), heldout_min: int = DEFAULT_HELDOUT_MIN, work_dir: str | Path | None = None,
               tolerance: float = 0.0, lr: float = DEFAULT_LR, seed: int | None = None,
-              evaluate: Callable | None = None, train: Callable[[TrainJob], Path] | None = None) -> RoundResult:
+              evaluate: Callable | None = None, train: Callable[[TrainJob], Path] | None = None,
+              num_pages: int | None = None) -> RoundResult:
     """Retrain on the store's accepted train annotations; promote the result only if held-out mIoU
     does not drop (new >= old - tolerance). See the module doc.
+
+    synthetic_fraction: the share of synthetic pages in the training mix (0 <= f < 1);
+    num_pages: the mix's length (None: see TrainJob).
 
     evaluate(checkpoint, heldout_annotations, store) -> {"miou": float, ...}: default heldout_miou.
     train(job) -> new checkpoint path: default train_subprocess (tests inject both)."""
@@ -339,6 +339,7 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
     train = train or train_subprocess
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps={steps!r}: need a positive number of optimizer steps")
+    check_mix(synthetic_fraction, DEFAULT_SYNTHETIC, num_pages)   # before anything is written
     current = store.checkpoint() or (Path(base_checkpoint) if base_checkpoint else None)
     if current is None:
         raise ValueError(f"the store {store.data_dir} has no checkpoint and no base_checkpoint was given. Fix: "
@@ -354,7 +355,7 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
     heldout_anns = [a for a in accepted if a.page_id in heldout_pages and a.question.strip()]
     if not train_anns:
         raise ValueError(f"the store {store.data_dir} has no accepted annotations on '{TRAIN_SPLIT}' pages: "
-                         "nothing to train on. Fix: annotate train pages first")
+                         f"nothing to train on. {NO_USER_PAGES_FIX}")
     if len(heldout_anns) < heldout_min:
         raise ValueError(f"the store {store.data_dir} has {len(heldout_anns)} accepted held-out annotations with a "
                          f"question, fewer than heldout_min={heldout_min}: a round could not tell a better model "
@@ -372,7 +373,7 @@ def run_round(store, base_checkpoint: str | Path | None = None, steps: int = 300
     export_coco(store, work / "export_heldout" / "annotations.json", split=HELDOUT_SPLIT)
     job = TrainJob(init_from=current, train_json=train_json, work_dir=work, steps=steps,
                    synthetic_fraction=synthetic_fraction, seed=k if seed is None else seed, lr=lr,
-                   overrides=tuple(overrides))
+                   overrides=tuple(overrides), num_pages=num_pages)
     t0 = time.time()
     new = Path(train(job))
     train_s = time.time() - t0

@@ -8,7 +8,8 @@ import pytest
 
 from dociq.data.schema import Page, Question
 from dociq.data.synthetic.generator import generate_page
-from dociq.engine.retrain import UserPagesWithSynthetic, RoundFailedError, TrainJob, run_round
+from dociq.engine.coco_export import export_coco
+from dociq.engine.retrain import RoundFailedError, TrainJob, run_round
 from dociq.engine.simulate import MAX_CLICKS, annotate_page, next_click, save_ground_truth, summarise
 from dociq.engine.store import EngineStore
 
@@ -118,41 +119,107 @@ def test_next_click_is_inside_the_largest_error_with_its_sign():
 
 # ---- the training mix ----------------------------------------------------------------------
 
+ALLOWED_TARGETS = ("dociq.data.", "dociq.models.", "dociq.training.")
 
-class Labelled:
-    def __init__(self, name, n):
-        self.name, self.n = name, n
 
-    def __len__(self):
-        return self.n
+def _job(tmp_path, train_pages=3, annotate=True, **kw) -> TrainJob:
+    """A TrainJob over a real train export of `train_pages` synthetic pages."""
+    store, pages = _engine_store(tmp_path, train_pages=train_pages, heldout_pages=0)
+    if annotate:
+        _annotate_train(store, pages)
+    train_json = export_coco(store, tmp_path / "export_train" / "annotations.json", split="train")
+    kw = {"steps": 1, "batch_size": 1, "seed": 7, "synthetic_fraction": 0.5} | kw
+    return TrainJob(init_from=tmp_path / "base.ckpt", train_json=train_json, work_dir=tmp_path / "round", **kw)
 
-    def __getitem__(self, i):
-        return (self.name, i)
+
+def _compose_run(job: TrainJob):
+    """The config `job.command()` runs, composed as train.py composes it (--config-dir is a search path)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dociq.training.config import CONFIG_DIR
+
+    job.write_config({"size": "tiny", "image_size": 128, "mask_unit_px": 32})
+    cmd = job.command()
+    at = cmd.index("--config-dir")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=[f"hydra.searchpath=['file://{cmd[at + 1]}']", *cmd[at + 2:]])
+
+
+def _targets(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            yield node["_target_"]
+        for value in node.values():
+            yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 0.7])
-def test_mixed_documents_mix_at_the_requested_fraction(fraction):
-    ds = UserPagesWithSynthetic(Labelled("user", 5), Labelled("syn", 1000), fraction, num_pages=200)
-    items = [ds[i] for i in range(len(ds))]
-    assert items == [ds[i] for i in range(len(ds))]                    # deterministic
-    synthetic = [name == "syn" for name, _ in items]
-    for n in (10, 50, 200):                                            # every prefix holds its share
-        assert sum(synthetic[:n]) == int(np.floor(n * fraction + 1e-9))
-    user = [i for name, i in items if name == "user"]
-    assert user[:10] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4][:len(user[:10])]  # user pages cycle
-    syn = [i for name, i in items if name == "syn"]
-    assert syn == list(range(len(syn)))                                # fresh synthetic pages
-    default = UserPagesWithSynthetic(Labelled("user", 6), Labelled("syn", 100), fraction)
-    assert sum(default[i][0] == "user" for i in range(len(default))) >= 6
+def test_round_trains_on_a_mixed_documents_mix_of_user_and_synthetic_pages(tmp_path, fraction):
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from dociq.data.mixture import MixedDocuments
+    from dociq.training.config import compose
+
+    job = _job(tmp_path, train_pages=3, synthetic_fraction=fraction)
+    cfg = _compose_run(job)
+    mix = instantiate(cfg.data.train_set)
+    assert isinstance(mix, MixedDocuments) and mix.seed == 7          # the round's seed
+    # every user page at least once plus its share of synthetic pages
+    assert len(mix) == int(np.ceil(3 / (1 - fraction) - 1e-9))
+    sources = [mix.source_of(i) for i in range(len(mix))]
+    assert sum(k == 1 for k, _ in sources) == round(fraction * len(mix))   # exactly the synthetic share
+    assert {j for k, j in sources if k == 0} == {0, 1, 2}
+    assert sources == [instantiate(cfg.data.train_set).source_of(i) for i in range(len(mix))]
+    assert len(mix.datasets) == (1 if fraction == 0 else 2)
+    assert isinstance(mix[sources.index((0, 0))], Page)
+    # the run's data config is the shipped data group with only the train set replaced, no validation
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    shipped = OmegaConf.to_container(compose(["stage=finetune", "data=corpus_mixed", "model.image_size=128",
+                                              "seed=7", f"data.batch_size={job.batch_size}"]).data, resolve=True)
+    assert data.pop("val_set") is None and shipped.pop("val_set")
+    assert set(data.pop("train_set")) == set(shipped.pop("train_set")) and data == shipped
+    # no engine class is built by training: every dociq target of the run's groups is below it
+    written = [t for group in ("data", "model", "callbacks")
+               for t in _targets(OmegaConf.to_container(cfg[group], resolve=False))]
+    assert "dociq.data.mixture.MixedDocuments" in written
+    assert not [t for t in written if t.startswith("dociq.") and not t.startswith(ALLOWED_TARGETS)]
 
 
-def test_mixed_documents_reject_what_cannot_mix():
-    with pytest.raises(ValueError, match="annotate"):
-        UserPagesWithSynthetic(Labelled("user", 0), Labelled("syn", 10), 0.5)
+def test_round_mix_length_covers_the_run_or_is_num_pages(tmp_path):
+    long_run = _job(tmp_path / "a", steps=10, batch_size=4, synthetic_fraction=0.5)
+    assert long_run.train_set()["length"] == 40     # steps x batch: synthetic pages do not repeat
+    assert _job(tmp_path / "b", num_pages=5).train_set()["length"] == 5
+
+
+def test_round_refuses_a_mix_it_cannot_build_before_training(tmp_path):
+    with pytest.raises(ValueError, match="synthetic_fraction=1.0: need 0 <= f < 1"):
+        _job(tmp_path / "a", synthetic_fraction=1.0)
+    with pytest.raises(ValueError, match="synthetic_fraction=-0.1"):
+        _job(tmp_path / "b", synthetic_fraction=-0.1)
+    with pytest.raises(ValueError, match="synthetic set is empty"):
+        _job(tmp_path / "c", synthetic=None, synthetic_fraction=0.5)
+    with pytest.raises(ValueError, match="num_pages=0"):
+        _job(tmp_path / "d", num_pages=0)
+    assert _job(tmp_path / "e", synthetic=None, synthetic_fraction=0.0).train_set()["weights"] == [1.0]
+    empty = _job(tmp_path / "f", annotate=False)
+    with pytest.raises(ValueError, match=r"holds no page.*annotate \(accept\) masks on train pages"):
+        empty.write_config({})
+    assert not empty.config_dir.exists()
+    # run_round refuses it before it exports or trains anything
+    store, pages = _engine_store(tmp_path / "g")
+    _annotate_train(store, pages)
+    base = tmp_path / "base.ckpt"
+    base.write_bytes(b"x")
     with pytest.raises(ValueError, match="synthetic_fraction"):
-        UserPagesWithSynthetic(Labelled("user", 3), Labelled("syn", 10), 1.0)
-    with pytest.raises(ValueError, match="synthetic_set is empty"):
-        UserPagesWithSynthetic(Labelled("user", 3), None, 0.5)
+        run_round(store, base_checkpoint=base, heldout_min=1, synthetic_fraction=1.0,
+                  train=lambda job: pytest.fail("no training"))
+    assert not (store.data_dir / "rounds").exists() and store.rounds() == []
 
 
 # ---- the round: promotion rule, failures ---------------------------------------------------
@@ -270,7 +337,7 @@ def test_one_real_round_on_a_tiny_store(tmp_path, finetune_checkpoint):
     store, pages = _engine_store(tmp_path, train_pages=2, heldout_pages=1)
     _annotate_train(store, pages, k=1)
     result = run_round(store, base_checkpoint=ckpt, steps=2, heldout_min=2,
-                       overrides=["data.batch_size=2", "data.train_set.synthetic_set.num_pages=8"])
+                       overrides=["data.batch_size=2", "data.train_set.datasets.1.num_pages=8"])
     assert Path(result.new_checkpoint).is_file() and Path(result.log).is_file()
     assert 0.0 <= result.miou_old <= 1.0 and 0.0 <= result.miou_new <= 1.0
     assert result.promoted == (result.miou_new >= result.miou_old)
