@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine, from the repository root there (packed by scripts/pack_gpu_study.sh
+# into .gpu/ with what that machine lacks): unpack, run scripts/pretraining_study_gpu.sh within
+# STUDY_TIMEOUT, and copy what comes back to $OUT (at most 8 files: the study JSON, timings,
+# the pretraining's metrics, the logs and learning curves, and the pretrained weights in bf16).
+#
+#   run(command="PRETRAIN_SECONDS=150 FINETUNE_SECONDS=180 STUDY_TIMEOUT=540 bash .gpu/run.sh", carry=[".gpu"])
+set -uo pipefail
+START=$(date +%s)
+mkdir -p /tmp/site data
+tar -C /tmp/site -xJf .gpu/site.tar.xz
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+tar -C data -xJf .gpu/corpus_384.tar.xz
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; free -g | head -2;
+  python3 -c "import torch, lightning, timm, transformers; print(torch.__version__, lightning.__version__, timm.__version__, transformers.__version__)"; } > /tmp/machine.txt 2>&1
+cat /tmp/machine.txt
+echo "setup took $(( $(date +%s) - START )) s"
+W=outputs/gpu_study
+WORK=$W timeout "${STUDY_TIMEOUT:-530}" bash scripts/pretraining_study_gpu.sh
+echo "study rc=$? after $(( $(date +%s) - START )) s"
+cp /tmp/machine.txt "$OUT/" 2>/dev/null
+cp $W/study.json $W/timings.txt "$OUT/" 2>/dev/null
+cp $W/pretrain/csv/metrics.csv "$OUT/pretrain_metrics.csv" 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" $W/*.log $W/smoke/*/fit-profile.txt $W/smoke/*/csv/metrics.csv $W/finetune/*/csv/metrics.csv \
+    $W/finetune/*/train_stdout.log $W/pretrain/.hydra $W/finetune/*/eval_real*.json 2>/dev/null
+python3 - <<'PY'
+import os, torch
+p = "outputs/gpu_study/pretrain/checkpoints/last.ckpt"
+if os.path.exists(p):   # the pretrained weights, small enough to come back (init.from reads them)
+    c = torch.load(p, map_location="cpu", weights_only=False)
+    sd = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in c["state_dict"].items()
+          if k.startswith("model.")}
+    torch.save({"state_dict": sd, "global_step": c["global_step"], "hyper_parameters": c["hyper_parameters"]},
+               os.path.join(os.environ["OUT"], "pretrain_model_bf16.ckpt"))
+PY
+ls -la "$OUT"; tail -30 $W/study.log 2>/dev/null
