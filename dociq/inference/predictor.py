@@ -49,8 +49,7 @@ from dociq.data.schema import Page
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
-from dociq.models.segmenter import (PageEmbedding, SegmentationModel, best_candidate, choose_outputs,
-                                    remove_ocr_words)
+from dociq.models.segmenter import PageEmbedding, SegmentationModel, remove_ocr_words
 from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
                                  folder_question_tokenizer_of)
 from dociq.inference.page_inputs import read_page_image, read_page_words
@@ -226,7 +225,8 @@ class Predictor:
             mask_prompt = torch.from_numpy(np.broadcast_to(prompts.masks, (q, *prompts.masks.shape[1:])).copy())
             mask_prompt = mask_prompt.to(self.device)
         # a prompt of clicks only (no question, no box) is ambiguous: pick among the 3 candidates
-        ambiguous = torch.full((q,), question_ids is None and bxs is None and pts is not None and pts.shape[1] == 1)
+        ambiguous = torch.full((q,), question_ids is None and bxs is None and pts is not None and pts.shape[1] == 1,
+                               device=self.device)
         return question_ids, points_t, mask_prompt, ambiguous
 
     # ---- prediction --------------------------------------------------------------------------
@@ -289,30 +289,24 @@ class Predictor:
     @torch.no_grad()
     def _decode(self, prompts: Prompts, multimask_output: bool, return_logits: bool,
                 threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Question tower + word grounding + mask decoder on the cached page embedding."""
+        """`SegmentationModel.answer` on the cached page embedding (the prompt path training
+        validates), then the masks at the page's size."""
         page = self.page
         question_ids, points, mask_prompt, ambiguous = self._prompt_tensors(prompts, page.scale)
-        question_tokens, match, word_pos = None, None, None
-        has_question = torch.zeros(prompts.count, dtype=torch.bool, device=self.device)
+        match, word_pos = None, None
         if question_ids is not None:
-            question_tokens = self.model.encode_questions(question_ids.to(self.device))
             match, word_pos = lexical_match([page.words if self.use_ocr else []], [prompts.questions],
                                             page.ocr_word_index,
                                             self.max_question_words, self.question_tokenizer.context_length)
             if not self.use_lexical_match:
                 match = torch.zeros_like(match)
             match, word_pos = match[0].to(self.device), word_pos[0].to(self.device)
-            has_question = (question_ids != 0).any(1).to(self.device)
-        grounding = self.model.ground(page.embedding, question_tokens, match, word_pos, has_question, points)
-        emb = page.embedding
-        masks, iou = self.model.decode(emb.image, emb.high_res, question_tokens, points, mask_prompt, grounding)
+            question_ids = question_ids.to(self.device)
+        answer = self.model.answer(page.embedding, question_ids, match, word_pos, points, mask_prompt, ambiguous)
         if multimask_output:                         # SAM: the 3 multimask tokens
-            low_res, scores = masks[:, 1:], iou[:, 1:]
+            low_res, scores = answer.masks[:, 1:], answer.iou[:, 1:]
         else:                                        # one mask: the best candidate (multimask for a lone click)
-            masks, iou = choose_outputs(masks, iou, ambiguous.to(self.device))
-            best = iou.argmax(1, keepdim=True)
-            low_res = best_candidate(masks, iou)[:, None]
-            scores = iou.gather(1, best)[:, 0]
+            low_res, scores = answer.chosen, answer.chosen_iou
         logits = self._to_page(low_res)
         out = logits if return_logits else logits > threshold
         if not multimask_output:

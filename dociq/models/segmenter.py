@@ -11,9 +11,16 @@ grounding (`dociq.models.grounding.WordGrounding`) and the box maps (`BoxMaps`) 
 stride 16 (to the dense prompt embedding) and stride 4 (to the upscaled features).
 
     page = model.embed_page(batch)                       # once per page (SAM's set_image)
-    q = model.encode_questions(question_ids)             # once per step
-    g = model.ground(page, q, match, word_pos, has_question, points)   # again when clicks change
-    masks, iou = model.decode(page.image, page.high_res, q, points, mask_prompt, g)   # per round
+    a = model.answer(page, question_ids, match, word_pos, points, None, ambiguous)   # a.chosen [N, 1, h, w]
+    # a correction round (training): more clicks, the chosen mask as the mask prompt
+    a = model.answer(page, question_ids, match, word_pos, points, a.chosen, ambiguous, previous=a)
+
+`answer` is the one prompt path, so that what training validates is what the Predictor serves:
+the Predictor calls it once per set of prompts, the training task once per interactive round.
+It encodes the questions (`encode_questions`, once: a later round reuses them), grounds them and
+the clicks in words (`ground`; a later round again only when clicks are grounded, since its
+correction clicks may land on words), decodes (`decode`) and chooses (`choose_outputs`,
+`best_candidate`).
 """
 from __future__ import annotations
 
@@ -184,6 +191,38 @@ class SegmentationModel(DocumentModel):
             raise ValueError("the prompt encoder has no question tower: set model.prompt_encoder.question_model")
         return self.prompt_encoder.question_encoder(question_ids)
 
+    def answer(self, page: "PageEmbedding", question_ids: Tensor | None, match: Tensor | None,
+               word_pos: Tensor | None, points: tuple[Tensor, Tensor] | None, mask_prompt: Tensor | None,
+               ambiguous: Tensor, previous: "Answer | None" = None) -> "Answer":
+        """N prompts about the embedded page(s) -> every decoder output, the candidates and the
+        chosen mask. `page` holds B pages and the prompts are flattened image-major (N = B*Q): the
+        Predictor gives one page and its Q prompts (the decoder and the grounding repeat the page
+        for them), the training task a batch.
+
+        question_ids long [N, L] (all-zero rows: no question) or None; match uint8 [N, J, T] and
+        word_pos [N, J]: the lexical match of the questions (`ground`); points: coords [N, P, 2]
+        pixels of the input frame and labels [N, P] (box corners as labels 2/3) or None;
+        mask_prompt [N, 1, h, w] low-res logits or None; ambiguous bool [N]: the prompts that
+        choose among the 3 multimask outputs (a lone click; `choose_outputs`).
+        previous: this method's answer to the same prompts one round earlier (the clicks and the
+        mask prompt may have changed since): its encoded questions are reused, and its grounding
+        too unless the grounding reads clicks."""
+        if previous is None:
+            question_tokens = self.encode_questions(question_ids) if question_ids is not None else None
+            has_question = (question_ids != 0).any(1) if question_ids is not None else torch.zeros_like(ambiguous)
+        else:
+            question_tokens, has_question = previous.question_tokens, previous.has_question
+        if previous is None or (self.grounding is not None and self.grounding.click_words):
+            grounding = self.ground(page, question_tokens, match, word_pos, has_question, points)
+        else:
+            grounding = previous.grounding
+        masks, iou = self.decode(page.image, page.high_res, question_tokens, points, mask_prompt, grounding)
+        candidates, candidate_iou = choose_outputs(masks, iou, ambiguous)
+        best = candidate_iou.argmax(1, keepdim=True)
+        chosen = best_candidate(candidates, candidate_iou)[:, None]
+        return Answer(masks, iou, candidates, candidate_iou, chosen, candidate_iou.gather(1, best)[:, 0].detach(),
+                      question_tokens, has_question, grounding)
+
     def decode(self, embedding: Tensor, high_res: list[Tensor], question_tokens: Tensor | None,
                points: tuple[Tensor, Tensor] | None, mask_prompt: Tensor | None,
                grounding: Grounding | None = None) -> tuple[Tensor, Tensor]:
@@ -235,6 +274,20 @@ class PageEmbedding:
     word_index: Tensor         # long [B, T] page word of each token, -1 special/pad
     block_index: Tensor | None = None   # long [B, T] text block of each token, -1 none (`ocr_block_index`)
     layout: PageLayout | None = None    # the grounding's page-only coverage maps, when kept for many prompts
+
+
+@dataclass
+class Answer:
+    """What `SegmentationModel.answer` gives N prompts ((h, w): the decoder's stride-4 grid)."""
+    masks: Tensor              # [N, 4, h, w] every decoder output: 0 single-mask token, 1..3 multimask
+    iou: Tensor                # [N, 4] their predicted IoU
+    candidates: Tensor         # [N, 3, h, w] `choose_outputs`: what the loss trains and scoring ranks
+    candidate_iou: Tensor      # [N, 3]
+    chosen: Tensor             # [N, 1, h, w] the candidate of highest predicted IoU, detached
+    chosen_iou: Tensor         # [N] its predicted IoU, detached
+    question_tokens: Tensor | None   # the encoded questions, for the next round
+    has_question: Tensor       # bool [N]
+    grounding: Grounding | None      # the word grounding the decoder saw (its relevance: the word loss)
 
 
 def choose_outputs(masks: Tensor, iou: Tensor, ambiguous: Tensor) -> tuple[Tensor, Tensor]:

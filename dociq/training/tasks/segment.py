@@ -16,6 +16,8 @@ Training step (SAM's recipe, docs/finetune.md):
   region of the chosen mask and that mask's logits are fed back as the mask prompt; the loss
   (focal : dice + IoU MSE, lowest-loss candidate only; `task.loss`) is summed over rounds, plus
   the word-relevance BCE of the grounding once per step.
+- every round is `SegmentationModel.answer`, the Predictor's prompt path too: what validation
+  scores is what the Predictor serves.
 - a prompt that is one click and nothing else is ambiguous: it gets the 3 multimask outputs (the
   lowest-loss one is trained); every other prompt gets the single-mask output (SAM 2's rule).
   Its target is the clicked region (the collator's `region_masks`: one region of the answer, the
@@ -40,12 +42,11 @@ from dociq.models.grounding import Grounding
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.prompt_encoder import (BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NOT_A_POINT,
                                          POSITIVE_POINT)
-from dociq.models.segmenter import SegmentationModel, choose_outputs, remove_ocr_words
+from dociq.models.segmenter import Answer, SegmentationModel, remove_ocr_words
 from dociq.models.text_encoder import load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.init_weights import load_part
-from dociq.training.tasks.segment_losses import (append_points, sample_correction_points,
-                                        segmentation_loss, select_mask_prompt)
+from dociq.training.tasks.segment_losses import append_points, sample_correction_points, segmentation_loss
 from dociq.data.scoring import SegmentationMetrics
 
 log = logging.getLogger(__name__)
@@ -249,37 +250,32 @@ class SegmentTask(DociqTask):
         loss_targets = targets if self.loss_size is None else F.interpolate(
             targets[:, None], size=(self.loss_size, self.loss_size), mode="area")[:, 0]
         page = self.model.embed_page(batch)
-        embedding, high_res = page.image, page.high_res
-        question_tokens = self.model.encode_questions(question_ids) if question_ids is not None else None
-        has_question = (question_ids != 0).any(1) if question_ids is not None else torch.zeros_like(valid)
         match, word_pos = batch.get("prompt_match"), batch.get("prompt_word_pos")
         if match is not None and not self.use_lexical_match:   # ablation: the words, but no match feature
             match = torch.zeros_like(match)
         match = None if match is None else match.flatten(0, 1)
         word_pos = None if word_pos is None else word_pos.flatten(0, 1)
-        grounding = self.model.ground(page, question_tokens, match, word_pos, has_question, points)
         mask_prompt, total, per_round = None, 0.0, []
         w = self.loss_weights
-        word = None
-        word_class = word_class_loss(self.model.word_class_logits(page), batch.get("ocr_word_class"))
-        if word_class is not None and w["word_class"] > 0:
-            total = total + w["word_class"] * word_class.loss
-        if grounding is not None:
-            word = word_relevance_loss(grounding, targets, valid & grounding.active)
-            if w["word"] > 0:
-                total = total + w["word"] * word.loss
+        word = word_class = None
+        answer: Answer | None = None
         for r in range(rounds):
-            if r > 0 and self.model.grounding is not None and self.model.grounding.click_words:
-                # the correction clicks land on words too: ground them as the Predictor would
-                grounding = self.model.ground(page, question_tokens, match, word_pos, has_question, points)
-            all_masks, all_iou = self.model.decode(embedding, high_res, question_tokens, points, mask_prompt,
-                                                   grounding)
-            masks, iou = choose_outputs(all_masks, all_iou, ambiguous)
-            seg = segmentation_loss(masks, iou, loss_targets, valid, focal_weight=w["focal"],
-                                    dice_weight=w["dice"], iou_weight=w["iou"])
+            # the Predictor's path; a later round reuses the questions (and regrounds the clicks)
+            answer = self.model.answer(page, question_ids, match, word_pos, points, mask_prompt, ambiguous,
+                                       previous=answer)
+            if r == 0:   # the word losses, once per step; the relevance one reads this round's grounding
+                word_class = word_class_loss(self.model.word_class_logits(page), batch.get("ocr_word_class"))
+                if word_class is not None and w["word_class"] > 0:
+                    total = total + w["word_class"] * word_class.loss
+                if answer.grounding is not None:
+                    word = word_relevance_loss(answer.grounding, targets, valid & answer.grounding.active)
+                    if w["word"] > 0:
+                        total = total + w["word"] * word.loss
+            seg = segmentation_loss(answer.candidates, answer.candidate_iou, loss_targets, valid,
+                                    focal_weight=w["focal"], dice_weight=w["dice"], iou_weight=w["iou"])
             total = total + seg.loss
             per_round.append(seg)
-            chosen = select_mask_prompt(masks, iou)                         # [N, 1, h, w], detached
+            chosen = answer.chosen                                          # [N, 1, h, w], detached
             if r + 1 < rounds:
                 # Clicks are drawn where the loss looks (the loss grid), then mapped to pixel indices
                 # of the input frame: drawing them at 256x256 cost ~5% of a CPU step.
@@ -291,10 +287,10 @@ class SegmentTask(DociqTask):
                 mask_prompt = chosen
                 ambiguous = torch.zeros_like(ambiguous)   # clicks + a mask prompt: single output
         final = F.interpolate(chosen, size=targets.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
-        return {"loss": total, "rounds": per_round, "masks": final, "candidates": masks.detach(),
+        return {"loss": total, "rounds": per_round, "masks": final, "candidates": answer.candidates.detach(),
                 "targets": targets, "valid": valid,
                 "points": points, "mask_prompt": mask_prompt, "word": word, "word_class": word_class,
-                "relevance": None if grounding is None else grounding.relevance}
+                "relevance": None if answer.grounding is None else answer.grounding.relevance}
 
     # ---- Lightning hooks ---------------------------------------------------------------------
 
