@@ -5,7 +5,7 @@ against training steps and against wall-clock minutes (one line style per run, e
     python scripts/plot_learning_curves.py RUN --label "seed 0" RUN2 --label "seed 1"   (labels in order)
 
 Panels: question mIoU (overall and per kind: layout, reading, cell, link) by step, the same by
-wall-clock (`val/wall_min`, logged by SegmentTask), box-prompt mIoU (`val/box_miou`) by step, and
+wall-clock (`val/wall_min`, logged by FinetuneTask), box-prompt mIoU (`val/box_miou`) by step, and
 single-click mIoU (`val/point_miou`) by step when the runs logged it.
 Prints the last validation row of each run.
 """

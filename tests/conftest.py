@@ -31,10 +31,10 @@ SMALL_SEGMENTATION_MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 3
 def finetune_checkpoint(tmp_path_factory):
     """(path, task): an untrained stage=finetune checkpoint as Lightning writes it (state_dict +
     the task's hyper-parameters), and the task it came from."""
-    from dociq.training.tasks.segment import SegmentTask
+    from dociq.training.tasks.finetune import FinetuneTask
 
     torch.manual_seed(0)
-    task = SegmentTask(model=SMALL_SEGMENTATION_MODEL)
+    task = FinetuneTask(model=SMALL_SEGMENTATION_MODEL)
     path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
     torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
     return path, task

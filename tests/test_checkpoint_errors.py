@@ -165,7 +165,7 @@ def _loaders():
     from dociq.inference.predictor import Predictor
     from dociq.training.tasks.ijepa import IJEPATask
     from dociq.training.tasks.pretrain import state_under
-    from dociq.training.tasks.segment import _read_state
+    from dociq.training.tasks.finetune import _read_state
 
     def hf_directory(path):
         (path.parent / "pytorch_model.bin").write_bytes(path.read_bytes())

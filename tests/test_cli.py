@@ -128,7 +128,7 @@ def test_a_module_that_is_not_there_is_a_one_line_error(monkeypatch, capsys):
     assert len(err) == 1 and err[0].startswith("dociq export: error: dociq.not_written_yet is not part")
 
 
-def test_export_prefixes_the_hub_subcommand_and_forwards_debug(monkeypatch):
+def test_export_prefixes_the_export_subcommand_and_forwards_debug(monkeypatch):
     seen = []
 
     class FakeModule:
@@ -137,8 +137,8 @@ def test_export_prefixes_the_hub_subcommand_and_forwards_debug(monkeypatch):
             seen.append(list(argv))
             return 0
 
-    monkeypatch.setitem(sys.modules, "dociq.fake_hub", FakeModule)
-    monkeypatch.setitem(cli.COMMANDS, "export", cli.Command("export", "dociq.fake_hub", ("export",), takes_debug=True))
+    monkeypatch.setitem(sys.modules, "dociq.fake_export", FakeModule)
+    monkeypatch.setitem(cli.COMMANDS, "export", cli.Command("export", "dociq.fake_export", ("export",), takes_debug=True))
     assert cli.main(["export", "run.ckpt", "folder"]) == 0
     assert cli.main(["--debug", "export", "run.ckpt", "folder"]) == 0
     assert seen == [["export", "run.ckpt", "folder"], ["export", "run.ckpt", "folder", "--debug"]]

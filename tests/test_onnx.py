@@ -20,7 +20,7 @@ pytest.importorskip("onnxscript")
 from dociq.data.collate import _to_input_frame, lexical_match  # noqa: E402
 from dociq.inference import onnx_geometry as geo  # noqa: E402
 from dociq.inference import onnx_inputs  # noqa: E402
-from dociq.inference.hub import export_checkpoint  # noqa: E402
+from dociq.inference.model_folder import export_checkpoint  # noqa: E402
 from dociq.inference.onnx_export import export_onnx  # noqa: E402
 from dociq.inference.onnx_predictor import OnnxPredictor  # noqa: E402
 from dociq.inference.predictor import Predictor  # noqa: E402

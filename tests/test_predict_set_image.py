@@ -186,7 +186,7 @@ def test_devices_are_checked():
 
 
 def test_from_pretrained_reads_an_exported_folder(finetune_checkpoint, predictor, page, tmp_path):
-    from dociq.inference.hub import export_checkpoint
+    from dociq.inference.model_folder import export_checkpoint
 
     folder = export_checkpoint(finetune_checkpoint[0], tmp_path / "model")
     loaded = Predictor.from_pretrained(folder)

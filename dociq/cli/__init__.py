@@ -5,7 +5,7 @@
     dociq segment-page run.ckpt page.png                 # dociq.cli.segment_page (dociq.inference.automatic)
     dociq segment run.ckpt docs/ --out results/          # dociq.cli.segment (dociq.inference.documents)
     dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.answers)
-    dociq export run.ckpt exported/                      # dociq.cli.hub export (dociq.inference.hub)
+    dociq export run.ckpt exported/                      # dociq.cli.export (dociq.inference.model_folder)
     dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
     dociq corpus build pdfs/ data/corpus                 # dociq.cli.corpus (real documents)
     dociq --debug predict ...                            # tracebacks instead of one-line errors
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 class Command:
     help: str
     module: str | None                       # imported when the command runs
-    prefix: tuple[str, ...] = ()             # arguments put before the user's (e.g. hub's "export")
+    prefix: tuple[str, ...] = ()             # arguments put before the user's (e.g. export's "export")
     takes_debug: bool = False                # the module's own parser has --debug
     missing: str | None = None               # the error when the module is not installed
     # deferred: each command's module is imported when it runs (`dociq --help` stays quick)
@@ -49,7 +49,7 @@ COMMANDS: dict[str, Command] = {
                        "docling files", "dociq.cli.segment", takes_debug=True),
     "eval": Command("score checkpoints on held-out prompts through the Predictor: synthetic pages, a real "
                     "corpus split or a COCO set; --baseline detector adds a layout-detector peer", "dociq.cli.eval"),
-    "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.hub", prefix=("export",),
+    "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.export", prefix=("export",),
                       takes_debug=True),
     "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "
                       "export COCO (dociq corpus --help)", "dociq.cli.corpus"),

@@ -269,7 +269,7 @@ class DocumentCollator:
             valid[i, :n] = True
             masks[i, :n] = _masks_to_input_frame(np.stack([q.mask for q in qs]), size)
             # The click lies on one region of the answer: with the question its target is the
-            # answer, alone (a click-only prompt) it is that region (dociq/training/tasks/segment.py).
+            # answer, alone (a click-only prompt) it is that region (dociq/training/tasks/finetune.py).
             region_masks[i, :n] = _masks_to_input_frame(
                 np.stack([one_region_mask(page, q, g) for q in qs]), size)
             for j in range(n):

@@ -37,7 +37,7 @@ def per_prompt_iou_dice(pred: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     p = (pred > 0.5 if pred.is_floating_point() else pred.bool()).flatten(1)
     t = (target > 0.5 if target.is_floating_point() else target.bool()).flatten(1)
     # torchmetrics' mean_iou / dice_score (one class, samplewise) computed on bool masks: the same
-    # numbers (tests/tasks/test_segment.py checks them against it), without its int64 one-hot copies,
+    # numbers (tests/tasks/test_finetune.py checks them against it), without its int64 one-hot copies,
     # which cost seconds per batch for masks scored at 1,024 px.
     both = (p & t).sum(1).double()
     total = p.sum(1).double() + t.sum(1).double()

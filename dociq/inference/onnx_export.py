@@ -8,7 +8,7 @@ as `tokenizers` JSON, so dociq.inference.onnx_predictor runs the model without t
     <dir>/onnx/question_tokenizer.json        open_clip's BPE as a CLIP tokenizer
     <dir>/onnx/onnx_config.json               sizes and switches the runner needs
 
-`dociq export CKPT DIR --onnx` writes it (dociq/cli/hub.py). Exporting needs torch, onnx and onnxscript.
+`dociq export CKPT DIR --onnx` writes it (dociq/cli/export.py). Exporting needs torch, onnx and onnxscript.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from dociq.models.export_graphs import (PAGE_INPUTS, PROMPT_OUTPUTS, PageEncoder
                                         PromptDecoderGraph)
 from dociq.models.grounding import boxed_words, clicked_words, prompt_geometry
 from dociq.models.segmenter import SegmentationModel
+from dociq.inference.model_folder import DociqSegmenter, folder_ocr_tokenizer
 from dociq.inference.onnx_tokenizers import write_tokenizers
 
 ONNX_DIR = "onnx"
@@ -188,9 +189,6 @@ def onnx_config(segmenter, ocr_max_length: int) -> dict:
 def export_onnx(folder: str | Path, optimize: bool = True) -> Path:
     """Add `onnx/` (module doc) to an exported model folder, from the folder's own weights and
     tokenizer files. -> the onnx/ folder."""
-    # deferred: hub imports the Predictor, which imports this package's torch modules
-    from dociq.inference.hub import DociqSegmenter, folder_ocr_tokenizer
-
     check_export_dependencies()
     folder = Path(folder)
     segmenter = DociqSegmenter.from_pretrained(folder)

@@ -29,7 +29,7 @@ question tower's context length is cut, with a warning. `dociq predict` prints s
 line and exits with status 2 (`--debug` shows the traceback). docs/predict.md has the API, the CLI and the
 speed of a prompt after `set_image`.
 This module uses `dociq.models`/`dociq.data`, reads checkpoints with plain torch — no Lightning — and
-model folders with `dociq.inference.hub` (which knows nothing of the Predictor).
+model folders with `dociq.inference.model_folder` (which knows nothing of the Predictor).
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import PageEmbedding, SegmentationModel, remove_ocr_words
-from dociq.inference.hub import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
-                                 folder_question_tokenizer_of)
+from dociq.inference.model_folder import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
+                                          folder_question_tokenizer_of)
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
 from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES,  # noqa: F401  (re-exported)
@@ -126,7 +126,7 @@ class Predictor:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "Predictor":
-        """A Hugging Face-style folder (config.json + model.safetensors), read by `dociq.inference.hub`."""
+        """A Hugging Face-style folder (config.json + model.safetensors), read by `dociq.inference.model_folder`."""
         return predictor_from_pretrained(directory, device=device)
 
     # ---- the page: SAM's set_image / reset_image ---------------------------------------------

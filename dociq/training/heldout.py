@@ -1,4 +1,4 @@
-"""Held-out scores on the training task's batched path: `SegmentTask.run_rounds` in the model's
+"""Held-out scores on the training task's batched path: `FinetuneTask.run_rounds` in the model's
 input frame (or a letterboxed `eval_size` frame), with the diagnostics that need the task — the
 decoder's candidates (SAM's oracle), the word grounding's painted masks, text-free heuristics.
 What a user sees is scored through the Predictor instead (dociq.evaluation.answers, `dociq eval`);
@@ -51,7 +51,7 @@ from dociq.io.track import track
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
-from dociq.training.tasks.segment import SegmentTask
+from dociq.training.tasks.finetune import FinetuneTask
 
 PROMPT_SETS = {"question": (("question",), True), "box": (("box",), True),
                "question_no_ocr": (("question",), False), "box_region": (("box",), True),
@@ -64,8 +64,8 @@ HEURISTIC_SETS = ("heuristic_question", "heuristic_box")
 HEURISTIC_REGION_SETS = ("heuristic_point_region",)
 
 
-def load_task(path: str | Path) -> SegmentTask:
-    """The SegmentTask of a finetune checkpoint, weights loaded, in eval mode."""
+def load_task(path: str | Path) -> FinetuneTask:
+    """The FinetuneTask of a finetune checkpoint, weights loaded, in eval mode."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist: pass a stage=finetune .ckpt")
@@ -75,13 +75,13 @@ def load_task(path: str | Path) -> SegmentTask:
         raise CheckpointError(path, "is not a stage=finetune checkpoint (no hyper_parameters.model / state_dict)",
                               "give the checkpoint of a `python train.py stage=finetune` run")
     hparams["init"] = None                      # the weights come from this checkpoint
-    task = SegmentTask(**hparams)
+    task = FinetuneTask(**hparams)
     task.load_state_dict(ckpt["state_dict"], strict=True)
     return task.eval()
 
 
 @torch.no_grad()
-def evaluate(task: SegmentTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
+def evaluate(task: FinetuneTask, pages: int | None = 128, seed: int = VAL_SEED, batch_size: int = 8,
              max_questions: int = 8, prompt_sets: Sequence[str] = tuple(PROMPT_SETS),
              data: Sequence[Page] | None = None, heuristics: bool = False, snap: bool = False,
              eval_size: int | None = None, page_size: int | None = None) -> dict:

@@ -72,12 +72,12 @@ def test_a_config_without_box_words_builds_the_grounding_of_older_checkpoints():
 
 
 def test_training_scores_the_words_of_box_prompts():
-    from dociq.training.tasks.segment import SegmentTask
+    from dociq.training.tasks.finetune import FinetuneTask
 
     pages = SyntheticDocuments(num_pages=2, image_size=128, seed=3)
     batch = DocumentCollator(128, questions=True, max_questions=3, seed=0)([pages[0], pages[1]])
     torch.manual_seed(0)
-    task = SegmentTask(model=MODEL, rounds=1)
+    task = FinetuneTask(model=MODEL, rounds=1)
     out = task.run_rounds(batch, 1, kinds=("box",))
     assert out["word"] is not None and out["word"].loss.item() > 0   # box-only prompts: word loss
     out["loss"].backward()

@@ -110,12 +110,12 @@ def test_a_config_without_click_words_builds_the_grounding_of_older_checkpoints(
 
 
 def test_training_scores_the_words_of_click_prompts_and_grounds_correction_clicks(monkeypatch):
-    from dociq.training.tasks.segment import SegmentTask
+    from dociq.training.tasks.finetune import FinetuneTask
 
     pages = SyntheticDocuments(num_pages=2, image_size=128, seed=3)
     batch = DocumentCollator(128, questions=True, max_questions=3, seed=0)([pages[0], pages[1]])
     torch.manual_seed(0)
-    task = SegmentTask(model=MODEL, rounds=2)
+    task = FinetuneTask(model=MODEL, rounds=2)
     calls = []
     ground = task.model.ground
     monkeypatch.setattr(task.model, "ground", lambda *a, **kw: calls.append(a[-1]) or ground(*a, **kw))
@@ -141,19 +141,19 @@ def test_the_predictor_grounds_a_lone_click_on_a_word(grounded_predictor):
 def test_the_word_class_head_trains_on_the_regions_words_and_the_predictor_reads_it():
     from dociq.data.schema import REGION_CLASSES
     from dociq.inference.predictor import Predictor
-    from dociq.training.tasks.segment import SegmentTask
+    from dociq.training.tasks.finetune import FinetuneTask
 
     pages = SyntheticDocuments(num_pages=2, image_size=128, seed=3)
     batch = DocumentCollator(128, questions=True, max_questions=3, seed=0)([pages[0], pages[1]])
     assert (batch["ocr_word_class"] >= 0).any()
     torch.manual_seed(0)
-    task = SegmentTask(model=MODEL | {"word_classes": True}, rounds=1)
+    task = FinetuneTask(model=MODEL | {"word_classes": True}, rounds=1)
     out = task.run_rounds(batch, 1, kinds=("question",))
     assert out["word_class"].loss.item() == pytest.approx(np.log(len(REGION_CLASSES)), rel=0.3)
     out["loss"].backward()
     assert task.model.word_class_head[1].weight.grad.abs().sum() > 0
     # without OCR words there is nothing to classify
-    assert SegmentTask(model=MODEL | {"word_classes": True}, rounds=1, ocr=False).run_rounds(
+    assert FinetuneTask(model=MODEL | {"word_classes": True}, rounds=1, ocr=False).run_rounds(
         batch, 1, kinds=("question",))["word_class"] is None
 
     predictor = Predictor(task.model, 128)

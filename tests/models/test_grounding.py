@@ -5,7 +5,7 @@ import torch
 from dociq.data.lexical import CASEFOLD, EXACT
 from dociq.models.grounding import (WordGrounding, block_extents, box_coverage, first_subtokens, rasterise,
                                     sparse_box_coverage)
-from dociq.training.tasks.segment import word_relevance_loss
+from dociq.training.tasks.finetune import word_relevance_loss
 
 
 def test_box_coverage_is_the_covered_fraction_of_each_cell():

@@ -12,7 +12,7 @@ STAGES: dict[str, str] = {
     "mlm": "dociq.training.tasks.mlm:MLMTask",
     "distill": "dociq.training.tasks.distill:DistillTask",
     "pretrain": "dociq.training.tasks.pretrain:PretrainTask",
-    "finetune": "dociq.training.tasks.segment:SegmentTask",
+    "finetune": "dociq.training.tasks.finetune:FinetuneTask",
 }
 
 

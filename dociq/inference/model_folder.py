@@ -6,8 +6,8 @@
     <dir>/question_tokenizer/         open_clip's BPE merges the question tokenizer reads
     <dir>/README.md                   model card: training config, metrics, how to load
 
-    dociq export outputs/finetune/runs/<run>/checkpoints/last.ckpt models/dociq-tiny   # dociq/cli/hub.py
-    from dociq.inference.hub import DociqSegmenter
+    dociq export outputs/finetune/runs/<run>/checkpoints/last.ckpt models/dociq-tiny   # dociq/cli/export.py
+    from dociq.inference.model_folder import DociqSegmenter
     segmenter = DociqSegmenter.from_pretrained("models/dociq-tiny")      # nn.Module, .model is the SegmentationModel
     from dociq.inference.predictor import Predictor
     predictor = Predictor.from_pretrained("models/dociq-tiny")           # = predictor_from_pretrained there
@@ -76,7 +76,7 @@ predictor = predictor_from_pretrained("{{ folder }}")      # offline, safetensor
 masks, scores = predictor.predict("page.png", question=["the page footer"], ocr="tesseract")
 ```
 
-or the bare `nn.Module`: `from dociq.inference.hub import DociqSegmenter; DociqSegmenter.from_pretrained("{{ folder }}").model`.
+or the bare `nn.Module`: `from dociq.inference.model_folder import DociqSegmenter; DociqSegmenter.from_pretrained("{{ folder }}").model`.
 
 ## Metrics
 

@@ -1,4 +1,4 @@
-"""Model folders (dociq/inference/hub.py): a stage=finetune checkpoint exported to the Hugging Face layout
+"""Model folders (dociq/inference/model_folder.py): a stage=finetune checkpoint exported to the Hugging Face layout
 loads offline, from safetensors only, into the same weights and the same predictions."""
 import json
 import os
@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dociq.cli.hub import main
-from dociq.inference.hub import DociqSegmenter, export_checkpoint
+from dociq.cli.export import main
+from dociq.inference.model_folder import DociqSegmenter, export_checkpoint
 from dociq.inference.predictor import predictor_from_pretrained
 
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"}

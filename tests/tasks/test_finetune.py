@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from dociq.data.collate import DocumentCollator
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.models.segmenter import remove_ocr_words
-from dociq.training.tasks.segment import PROMPT_KINDS, SegmentTask
+from dociq.training.tasks.finetune import PROMPT_KINDS, FinetuneTask
 from dociq.training.tasks.segment_losses import select_mask_prompt
 from dociq.data.scoring import SegmentationMetrics, per_prompt_iou_dice
 
@@ -25,9 +25,9 @@ def batch():
     return DocumentCollator(128, questions=True, max_questions=3, seed=0)([pages[0], pages[1]])
 
 
-def make_task(**kw) -> SegmentTask:
+def make_task(**kw) -> FinetuneTask:
     torch.manual_seed(0)
-    return SegmentTask(model=MODEL, **kw)
+    return FinetuneTask(model=MODEL, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +316,7 @@ def test_stage_config_monitors_val_miou():
     from dociq.training.tasks.registry import resolve_stage
 
     cfg = compose(["stage=finetune"])
-    assert resolve_stage(cfg.stage.name) is SegmentTask
+    assert resolve_stage(cfg.stage.name) is FinetuneTask
     assert (cfg.stage.monitor, cfg.stage.mode, cfg.optimized_metric) == ("val/miou", "max", "val/miou")
     assert cfg.data.questions is True and cfg.task.rounds >= 1
     # focal 1 : dice 1 (SAM's 20 : 1 learns "background everywhere" at CPU budgets) + word BCE

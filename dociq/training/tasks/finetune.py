@@ -61,7 +61,7 @@ HEAD_PARTS = ("neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps",
 
 # ---- the task ----------------------------------------------------------------------------------
 
-class SegmentTask(DociqTask):
+class FinetuneTask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  prompts: Mapping[str, float] | None = None,
                  val_prompts: Sequence[str] | Mapping[str, Sequence[str]] = ("question",),

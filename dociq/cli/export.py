@@ -1,5 +1,5 @@
 """`dociq export CKPT DIR [--overwrite] [--onnx]`: a stage=finetune checkpoint -> a model folder in the
-Hugging Face layout (dociq.inference.hub.export_checkpoint; docs/model_folders.md); with --onnx also
+Hugging Face layout (dociq.inference.model_folder.export_checkpoint; docs/model_folders.md); with --onnx also
 its ONNX graphs for the torch-free runner (dociq.inference.onnx_export; docs/predict.md, "ONNX").
 
 `main(["export", CKPT, DIR])` is also `python -m dociq.cli export CKPT DIR`. A user's
@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from dociq.cli import report_errors
-from dociq.inference.hub import export_checkpoint
+from dociq.inference.model_folder import export_checkpoint
 from dociq.inference.onnx_export import check_export_dependencies, export_onnx
 
 
