@@ -2,8 +2,9 @@
 
 - no import circles between dociq modules (module-level imports);
 - imports point down the layers: `io` < `data` < `models` < `training`, `inference` < `evaluation`,
-  `engine` < `cli` (FORBIDDEN lists what each layer must not import; `evaluation` scores through
-  the Predictor and imports nothing of `training`, so the lean install can evaluate);
+  `engine` < `cli`, and `data` < `corpus` (the corpus builder) < `cli` (FORBIDDEN lists what each
+  layer must not import; `evaluation` scores through the Predictor and imports nothing of
+  `training`, so the lean install can evaluate);
 - only `training` (and the optimizer's Lightning strategy) imports Lightning;
 - every Hydra `_target_` naming a dociq object (in `dociq/configs/**/*.yaml`, and as a string
   literal in dociq's code, e.g. a config a module writes) names one in `data`, `models`, `training`
@@ -23,18 +24,20 @@ import yaml
 PACKAGE = Path(__file__).resolve().parents[1] / "dociq"
 # layer -> the layers it must not import (the rest of dociq it may)
 FORBIDDEN = {
-    "dociq.io": ("dociq.data", "dociq.models", "dociq.optim", "dociq.training", "dociq.inference",
-                 "dociq.evaluation", "dociq.engine", "dociq.cli"),
-    "dociq.data": ("dociq.models", "dociq.optim", "dociq.training", "dociq.inference", "dociq.evaluation",
-                   "dociq.engine", "dociq.cli"),
-    "dociq.models": ("dociq.optim", "dociq.training", "dociq.inference", "dociq.evaluation", "dociq.engine",
-                     "dociq.cli"),
-    "dociq.optim": ("dociq.data", "dociq.models", "dociq.training", "dociq.inference", "dociq.evaluation",
-                    "dociq.engine", "dociq.cli"),
-    "dociq.training": ("dociq.inference", "dociq.evaluation", "dociq.engine", "dociq.cli"),
-    "dociq.inference": ("dociq.training", "dociq.evaluation", "dociq.engine", "dociq.cli"),
-    "dociq.evaluation": ("dociq.training", "dociq.engine", "dociq.cli"),
-    "dociq.engine": ("dociq.training", "dociq.cli"),
+    "dociq.io": ("dociq.data", "dociq.corpus", "dociq.models", "dociq.optim", "dociq.training",
+                 "dociq.inference", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.data": ("dociq.corpus", "dociq.models", "dociq.optim", "dociq.training", "dociq.inference",
+                   "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    # the corpus builder: above data (it writes the shards data reads), below cli (`dociq corpus`)
+    "dociq.corpus": ("dociq.training", "dociq.inference", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.models": ("dociq.corpus", "dociq.optim", "dociq.training", "dociq.inference", "dociq.evaluation",
+                     "dociq.engine", "dociq.cli"),
+    "dociq.optim": ("dociq.data", "dociq.corpus", "dociq.models", "dociq.training", "dociq.inference",
+                    "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.training": ("dociq.corpus", "dociq.inference", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.inference": ("dociq.corpus", "dociq.training", "dociq.evaluation", "dociq.engine", "dociq.cli"),
+    "dociq.evaluation": ("dociq.corpus", "dociq.training", "dociq.engine", "dociq.cli"),
+    "dociq.engine": ("dociq.corpus", "dociq.training", "dociq.cli"),
 }
 LIGHTNING_ALLOWED = ("dociq.training", "dociq.optim.strategy", "dociq.optim.comm_hook")
 # the layers a Hydra `_target_` may name (third-party targets, lightning.* or torch.*, are free)
@@ -218,7 +221,8 @@ def test_no_compatibility_layer_at_0x():
 
     import dociq
     assert not [f for f in sys.meta_path if type(f).__module__.startswith("dociq")]
-    for old in ("dociq.predict", "dociq.tasks", "dociq.data.coco", "dociq.engine.cli"):
+    for old in ("dociq.predict", "dociq.tasks", "dociq.data.coco", "dociq.engine.cli",
+                "dociq.data.datasets.corpus.build"):
         assert importlib.util.find_spec(old) is None, old
     assert dociq.Predictor is importlib.import_module("dociq.inference.predictor").Predictor
     with pytest.raises(AttributeError):

@@ -13,12 +13,12 @@ import json
 import sys
 from pathlib import Path
 
-from dociq.data.datasets.corpus.audit import draw_audit
-from dociq.data.datasets.corpus.build import BuildSettings, build_corpus, default_workers
-from dociq.data.datasets.corpus.export import export_coco
-from dociq.data.datasets.corpus.label_document import LabelSettings
-from dociq.data.datasets.corpus.shrink import shrink_corpus
-from dociq.data.datasets.corpus.sources import DEBIAN_PACKAGES, RECIPE_PACKAGES, fetch_debian_packages
+from dociq.corpus.audit import draw_audit
+from dociq.corpus.build import BuildSettings, build_corpus, default_workers
+from dociq.corpus.export import export_coco
+from dociq.corpus.label_document import LabelSettings
+from dociq.corpus.shrink import shrink_corpus
+from dociq.corpus.sources import DEBIAN_PACKAGES, RECIPE_PACKAGES, fetch_debian_packages
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ IMAGE_STD = (0.229, 0.224, 0.225)
 LAYOUT_SCALE = 1000
 
 # Region classes the synthetic generator draws, then those the real-document corpus adds
-# (dociq.data.datasets.corpus); other real data sets bring their own category names.
+# (built by dociq.corpus); other real data sets bring their own category names.
 SYNTHETIC_CLASSES = (
     "title", "section_heading", "paragraph", "list_item", "form_key", "form_value", "table",
     "table_cell", "page_header", "page_footer", "page_number", "figure", "stamp", "signature",

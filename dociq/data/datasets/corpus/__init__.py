@@ -1,1 +1,3 @@
-"""The real-document corpus: Debian manuals printed and labelled into litdata shards (docs/corpus.md)."""
+"""The real-document corpus as training reads it: the litdata shard format (store.py), a stored page
+read back as a Page (record.py) and `CorpusDocuments` (dataset.py). The builder is `dociq.corpus`
+(docs/corpus.md)."""

@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dociq.data.datasets.corpus.mallard import mallard_to_html
+from dociq.corpus.mallard import mallard_to_html
 from dociq.io.atomic import atomic_write_bytes
 from dociq.io.walk import Skipped, walk_documents
 

@@ -19,9 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dociq.data.datasets.corpus.html_print import HtmlPrinter, PrintError, sample_style
-from dociq.data.datasets.corpus.label_document import DocumentResult, LabelSettings, label_pdf
-from dociq.data.datasets.corpus.sources import SourceDocument, SourceError, list_documents, materialize
+from dociq.corpus.html_print import HtmlPrinter, PrintError, sample_style
+from dociq.corpus.label_document import DocumentResult, LabelSettings, label_pdf
+from dociq.corpus.sources import SourceDocument, SourceError, list_documents, materialize
 from dociq.io.walk import skip_report
 from dociq.data.datasets.corpus.store import CorpusWriter
 from dociq.data.ocr import TesseractOCR

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dociq.data.datasets.corpus.geometry import union
-from dociq.data.datasets.corpus.pdf_page import PdfPageContent
+from dociq.corpus.geometry import union
+from dociq.corpus.pdf_page import PdfPageContent
 
 # structure type -> region class; the first block-type ancestor of a piece of content owns it
 BLOCK_TYPES = {

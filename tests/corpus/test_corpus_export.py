@@ -3,14 +3,20 @@ regions, questions, provenance), as annotations.json or as named files sharing o
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from corpus_testdata import build
 from dociq.data.datasets.coco import CocoDocuments
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
-from dociq.data.datasets.corpus.export import export_coco
+from dociq.corpus.export import export_coco
+
+# the reader's test corpus (tests/data/corpus/corpus_testdata.py) is this test's input too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "corpus"))
+from corpus_testdata import build  # noqa: E402
+sys.path.pop(0)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dociq.data.datasets.corpus.mallard import mallard_to_html
+from dociq.corpus.mallard import mallard_to_html
 
 PAGE = """<?xml version="1.0" encoding="utf-8"?>
 <page xmlns="http://projectmallard.org/1.0/" xmlns:if="http://projectmallard.org/if/1.0/"

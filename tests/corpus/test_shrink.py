@@ -1,12 +1,18 @@
 """`dociq corpus shrink`: a smaller copy of a built corpus that reads back as the same pages, scaled."""
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from corpus_testdata import SIZE, build
 from dociq.cli.corpus import main as corpus_main
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+# the reader's test corpus (tests/data/corpus/corpus_testdata.py) is this test's input too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "corpus"))
+from corpus_testdata import SIZE, build  # noqa: E402
+sys.path.pop(0)
 
 
 def test_shrunk_corpus_keeps_pages_in_order_with_boxes_scaled(tmp_path):

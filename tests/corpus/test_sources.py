@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dociq.data.datasets.corpus.sources import (DEBIAN_PACKAGES, RECIPE_PACKAGES, SourceDocument, SourceError,
+from dociq.corpus.sources import (DEBIAN_PACKAGES, RECIPE_PACKAGES, SourceDocument, SourceError,
                                        fetch_debian_packages, find_documents, list_documents, materialize)
 
 LONG_TEXT = "Words of a real documentation page, long enough to count as content. " * 40

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from dociq.data.datasets.corpus.build import BuildSettings, build_corpus, split_of
+from dociq.corpus.build import BuildSettings, build_corpus, split_of
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
-from dociq.data.datasets.corpus.label_document import LabelSettings
+from dociq.corpus.label_document import LabelSettings
 from pdfs import encrypted_pdf, manual_pages, write_pdf
 
 HAS_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))

@@ -21,9 +21,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dociq.data.datasets.corpus.geometry import Box, area, inside, union
-from dociq.data.datasets.corpus.labels_tagged import LabelledRegion, TableGrid
-from dociq.data.datasets.corpus.pdf_page import Line, PdfPageContent
+from dociq.corpus.geometry import Box, area, inside, union
+from dociq.corpus.labels_tagged import LabelledRegion, TableGrid
+from dociq.corpus.pdf_page import Line, PdfPageContent
 
 BAND = 0.1  # top/bottom fraction of the page where running headers, footers and page numbers live
 _PAGE_NUMBER = re.compile(r"^(page|seite|p\.)?\s*([0-9]{1,4}|[ivxlc]{1,7})(\s*(/|of|von)\s*[0-9]{1,4})?$", re.I)

@@ -21,11 +21,11 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS, BadSampleError, check_page_pixels
 from dociq.data.pdf import PdfOpenError, open_pdf, render_page, render_size
 
-from dociq.data.datasets.corpus.geometry import area, inside
-from dociq.data.datasets.corpus.labels_structure import DocumentContext, document_context, label_from_structure
-from dociq.data.datasets.corpus.labels_tagged import LabelledRegion, TableGrid, label_from_tags
-from dociq.data.datasets.corpus.pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
-from dociq.data.datasets.corpus.questions import page_questions
+from dociq.corpus.geometry import area, inside
+from dociq.corpus.labels_structure import DocumentContext, document_context, label_from_structure
+from dociq.corpus.labels_tagged import LabelledRegion, TableGrid, label_from_tags
+from dociq.corpus.pdf_page import PdfPageContent, Word, document_tree, group_lines, read_page
+from dociq.corpus.questions import page_questions
 from dociq.data.datasets.corpus.record import RECORD_VERSION, encode_png
 
 # classes that may contain others (a table its cells, a figure its labels); any other pair of

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dociq.data.datasets.corpus.html_print import (PAGE_NUMBER_POSITIONS, HtmlPrinter, PrintError, PrintStyle,
+from dociq.corpus.html_print import (PAGE_NUMBER_POSITIONS, HtmlPrinter, PrintError, PrintStyle,
                                           find_chromium, header_footer_templates, sample_style, style_css)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -12,7 +12,7 @@ import random
 from dociq.data.synthetic.draft import Draft, DraftRegion, PlacedWord, TableInfo
 from dociq.data.synthetic.questions import make_questions
 
-from dociq.data.datasets.corpus.labels_tagged import TableGrid
+from dociq.corpus.labels_tagged import TableGrid
 
 
 def as_draft(words: list[str], boxes: list[list[float]], regions: list[dict], grids: list[TableGrid],

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dociq.data.datasets.corpus.label_document import LabelSettings, choose_pages, label_pdf, page_hash, reading_order
-from dociq.data.datasets.corpus.labels_tagged import LabelledRegion
+from dociq.corpus.label_document import LabelSettings, choose_pages, label_pdf, page_hash, reading_order
+from dociq.corpus.labels_tagged import LabelledRegion
 from dociq.data.datasets.corpus.record import record_to_page
 
 from pdfs import encrypted_pdf, manual_pages, write_pdf
