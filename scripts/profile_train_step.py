@@ -24,17 +24,9 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_throughput import build  # noqa: E402
 
+from dociq.training.heldout import to_device  # noqa: E402
+
 SYNCS = ("cudaStreamSynchronize", "cudaMemcpyAsync", "cudaDeviceSynchronize", "aten::item", "aten::nonzero")
-
-
-def to_device(x, device: str):
-    if torch.is_tensor(x):
-        return x.to(device, non_blocking=True)
-    if isinstance(x, dict):
-        return {k: to_device(v, device) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(to_device(v, device) for v in x)
-    return x
 
 
 def main() -> None:
@@ -44,13 +36,13 @@ def main() -> None:
     p.add_argument("--corpus", default="data/corpus_384", help="corpus folder read by data=corpus_mixed")
     p.add_argument("--steps", type=int, default=5, help="timed steps")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides")
-    args = p.parse_args()
+    args = p.parse_intermixed_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     _, datamodule, task = build(args.stage, args.batch_size,
                                 ["data=corpus_mixed", f"paths.corpus_dir={args.corpus}", *args.overrides])
     datamodule.setup("fit")
-    batch = to_device(next(iter(datamodule.train_dataloader())), device)
+    batch = to_device(next(iter(datamodule.train_dataloader())), torch.device(device))
     task.log = task.log_dict = lambda *a, **k: None   # no Trainer to log to
     task.to(device).train()
     optimizer = torch.optim.AdamW(task.parameters(), lr=1e-4, fused=device == "cuda")

@@ -96,6 +96,12 @@ class SegmentationMetrics(nn.Module):
                 out[f"dice_{kind}"] = self.dice_by_kind[kind].compute()
         return out
 
+    def results(self) -> dict:
+        """compute() as plain floats, with the prompt count of every kind it reports (`count_<kind>`)."""
+        values = {k: float(v) for k, v in self.compute().items()}
+        counts = {f"count_{k}": int(c.compute()) for k, c in self.count_by_kind.items() if f"miou_{k}" in values}
+        return values | counts
+
     def reset(self) -> None:
         self.miou.reset()
         self.dice.reset()
@@ -107,9 +113,7 @@ def metric_results(metrics: dict[str, SegmentationMetrics], by_class: "MeanByNam
     """{set: {miou, dice, miou_<kind>, ..., count_<kind>}}, and the layout questions by class."""
     results = {}
     for name, m in metrics.items():
-        values = {k: float(v) for k, v in m.compute().items()}
-        counts = {f"count_{k}": int(c.compute()) for k, c in m.count_by_kind.items() if f"miou_{k}" in values}
-        results[name] = values | counts
+        results[name] = m.results()
     if by_class.counts:
         results["question_layout_by_class"] = by_class.compute()
     return results

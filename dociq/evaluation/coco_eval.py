@@ -76,9 +76,7 @@ def evaluate_coco(predictor, annotations: str | Path, image_dir: str | Path | No
                          "'words' need --ocr tesseract (or --ocr pdf with the PDFs beside the images)")
     scores = coco_map(gt, results, image_ids=image_ids)
     out = {t: {k: v for k, v in scores[t].items() if k != "summary"} for t in ("bbox", "segm")}
-    values = {k: float(v) for k, v in metrics.compute().items()}
-    counts = {f"count_{k}": int(c.compute()) for k, c in metrics.count_by_kind.items() if f"miou_{k}" in values}
-    return out | {"questions": values | counts, "pages": len(image_ids), "skipped_pages": skipped,
+    return out | {"questions": metrics.results(), "pages": len(image_ids), "skipped_pages": skipped,
                   "regions": found, "results": len(results), "dropped_regions": dropped,
                   "unmatched_categories": unmatched}
 
