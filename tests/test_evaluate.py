@@ -255,9 +255,9 @@ def test_the_click_heuristic_answers_a_click_with_the_text_block_under_it():
     words, boxes = [], []
     for top in (40, 150):
         for line in range(3):
-            for x in (20, 90, 160):
+            for x in (20, 88, 156):                     # spaces of 0.4 line heights, as in prose
                 words.append("text")
-                boxes.append([x, top + 14 * line, x + 60, top + 14 * line + 10])
+                boxes.append([x, top + 14 * line, x + 64, top + 14 * line + 10])
     boxes = np.asarray(boxes, np.float32)
     regions = []
     for top in (40, 150):

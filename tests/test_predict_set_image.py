@@ -76,8 +76,8 @@ def test_the_page_is_embedded_once_for_many_prompts(counted, page):
 def test_the_page_words_are_grouped_into_blocks_once_for_many_prompts(predictor, page, monkeypatch):
     import dociq.inference.snapping as module
     calls = []
-    group_blocks = module.group_blocks
-    monkeypatch.setattr(module, "group_blocks", lambda *a, **k: calls.append(1) or group_blocks(*a, **k))
+    page_blocks = module.page_blocks
+    monkeypatch.setattr(module, "page_blocks", lambda *a, **k: calls.append(1) or page_blocks(*a, **k))
     assert predictor.snap == "blocks"
     predictor.set_image(page, words=WORDS, word_boxes=WORD_BOXES)
     first, _ = predictor.predict(question="the title", threshold=-0.5)

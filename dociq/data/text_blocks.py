@@ -13,6 +13,7 @@ import re
 from typing import Sequence
 
 import numpy as np
+from scipy import ndimage
 
 
 def line_marks(boxes: np.ndarray) -> np.ndarray:
@@ -88,22 +89,29 @@ _ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?
 
 
 def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
-                 max_height_ratio: float = 1.3, min_x_overlap: float = 0.5) -> list[list[int]]:
+                 max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
+                 opens_item: np.ndarray | None = None, split_indented: bool = False) -> list[list[int]]:
     """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
 
     Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
     above it, when the gap between them is at most `max_gap` x the line height (paragraph spacing
     is wider than line spacing), the two heights differ by at most `max_height_ratio` (a heading
     over body text), and they share at least `min_x_overlap` of the narrower width (same column).
-    A line whose first word is a bullet or an enumerator ("•", "3.", "b)") starts a new block."""
+    A line whose first word is a bullet or an enumerator ("•", "3.", "b)"), or is marked in
+    `opens_item` (bool [N]: a bullet drawn left of it, `drawn_bullets`), starts a new block.
+    With `split_indented`, so does a line that starts more than its height right of the line above
+    and is not centred under it — a definition's text under its term, a nested item, a reply —
+    unless the line above opens a list item (an item's text wraps right of its bullet)."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     lines = group_lines(boxes)
     blocks: list[list[int]] = []
     last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
+    last_opens = np.zeros(len(lines), bool)  # whether that line opens a list item
     for line in lines:
         b = boxes[line]
         span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
-        opener = words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))
+        opener = (words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))) \
+            or (opens_item is not None and bool(opens_item[line[0]]))
         prev = last[:len(blocks)]
         h0, h1 = prev[:, 3] - prev[:, 1], span[3] - span[1]
         gap = span[1] - prev[:, 3]
@@ -112,21 +120,77 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
         joins = ((-0.5 * np.minimum(h0, h1) <= gap) & (gap <= max_gap * np.maximum(h0, h1))
                  & (np.maximum(h0, h1) <= max_height_ratio * np.maximum(np.minimum(h0, h1), 1.0))
                  & (overlap >= min_x_overlap * narrower))
+        if split_indented:
+            height = np.maximum(h0, h1)
+            centred = np.abs((span[0] + span[2]) - (prev[:, 0] + prev[:, 2])) / 2 <= height
+            joins &= ~((span[0] - prev[:, 0] > height) & ~centred & ~last_opens[:len(blocks)])
         if opener or not joins.any():
-            last[len(blocks)] = span
+            last[len(blocks)], last_opens[len(blocks)] = span, opener
             blocks.append(list(line))
         else:
             best = int(np.where(joins, prev[:, 3], -np.inf).argmax())   # the lowest, the first of equals
             blocks[best].extend(line)
-            last[best] = span
+            last[best], last_opens[best] = span, False
     blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
     return blocks
 
 
-def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None, **grouping) -> np.ndarray:
-    """float [K, 4] pixel boxes x0, y0, x1, y1 around the words of each text block (`group_blocks`)."""
+def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 0.6,
+                  reach: float = 2.0, max_size: float = 0.6) -> np.ndarray:
+    """bool [N]: the words that open a list item whose bullet is drawn, not written — a CSS list
+    marker or a typeset glyph that the text layer and OCR leave out, so the items of a list sit
+    as close as a paragraph's lines. A line piece's first word opens an item when the strip left
+    of it (up to `reach` x the line height, clear of other words) holds one blob of ink no larger
+    than `max_size` x the line height either way, level with the line's middle.
+
+    image uint8 [H, W] or [H, W, 3], the page the boxes [N, 4] are in pixels of; ink is darker than
+    `ink_below` x the page's median brightness (its paper)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    out = np.zeros(len(boxes), bool)
+    gray = np.asarray(image, dtype=np.float32)
+    gray = gray.mean(-1) if gray.ndim == 3 else gray
+    if not len(boxes) or gray.size == 0:
+        return out
+    ink = gray < ink_below * float(np.median(gray))
+    h_img, w_img = ink.shape
+    for piece in group_lines(boxes):
+        b = boxes[piece]
+        height = line_height(b)
+        y0, y1 = int(b[:, 1].min()), int(np.ceil(b[:, 3].max()))
+        x1 = int(boxes[piece[0], 0] - 0.1 * height)
+        x0 = int(boxes[piece[0], 0] - reach * height)
+        if x0 < 0 or x1 <= x0 or y1 <= y0 or y1 > h_img or x1 > w_img:
+            continue
+        others = (boxes[:, 2] > x0) & (boxes[:, 0] < x1) & (boxes[:, 3] > y0) & (boxes[:, 1] < y1)
+        if others.any():                                  # a word in the strip: the piece continues a line
+            continue
+        labels, count = ndimage.label(ink[y0:y1, x0:x1])
+        if count != 1:
+            continue
+        rows, cols = ndimage.find_objects(labels)[0]
+        small = (rows.stop - rows.start) <= max_size * height and (cols.stop - cols.start) <= max_size * height
+        middle = (rows.start + rows.stop) / 2
+        level = abs(middle - (y1 - y0) / 2) <= 0.3 * (y1 - y0)
+        out[piece[0]] = small and level and cols.start > 0
+    return out
+
+
+def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None) -> list[list[int]]:
+    """The text blocks a reader sees on a page: `group_blocks` with the list items whose bullets are
+    drawn on the `image` (`drawn_bullets`) and indented lines (`split_indented`) set apart. What
+    masks are completed to and `segment-page` starts its text regions from; the model's own input
+    (`collate`) groups the words alone, as it was trained."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    return group_blocks(boxes, words, opens_item=drawn_bullets(image, boxes), split_indented=True)
+
+
+def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None,
+                blocks: Sequence[Sequence[int]] | None = None, **grouping) -> np.ndarray:
+    """float [K, 4] pixel boxes x0, y0, x1, y1 around the words of each text block: `blocks` (word
+    indices, e.g. `page_blocks`), else `group_blocks` of the words."""
     boxes = np.asarray(word_boxes, dtype=np.float32).reshape(-1, 4)
-    out = [np.concatenate([boxes[ids, :2].min(0), boxes[ids, 2:].max(0)]) for ids in group_blocks(boxes, words, **grouping)]
+    blocks = group_blocks(boxes, words, **grouping) if blocks is None else blocks
+    out = [np.concatenate([boxes[ids, :2].min(0), boxes[ids, 2:].max(0)]) for ids in blocks]
     return np.asarray(out, dtype=np.float32).reshape(-1, 4)
 
 

@@ -44,7 +44,7 @@ from dociq.data.masks import mask_box, mask_boxes, mask_iou_matrix
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.io.rle import decode_rle, encode_rle
-from dociq.data.text_blocks import block_boxes, line_points
+from dociq.data.text_blocks import block_boxes, line_points, page_blocks
 from dociq.models.word_snap import snap_to_words
 
 log = logging.getLogger(__name__)
@@ -386,7 +386,7 @@ class PageSegmenter:
             self._add_batch(found, np.asarray(logits), np.asarray(iou), batch,
                             seed_names[start:start + self.points_per_batch])
         if "ocr_blocks" in self.seeds and len(page.word_boxes):
-            blocks = block_boxes(page.word_boxes, page.words)
+            blocks = block_boxes(page.word_boxes, blocks=page_blocks(page.image, page.word_boxes, page.words))
             if self.block_masks == "model":
                 self._add_boxes(found, blocks, "ocr_blocks")
             else:

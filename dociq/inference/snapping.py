@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dociq.data.text_blocks import group_blocks
+from dociq.data.text_blocks import page_blocks
 from dociq.inference.prompts import Prompts
 from dociq.models.word_snap import snap_to_blocks, snap_to_words
 
@@ -49,7 +49,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     page (its `words`; its `text_blocks`, grouped here on the first prompt that needs them)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
-        page.text_blocks = group_blocks(word_boxes, words)      # once per page, for all of its prompts
+        page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
     out = np.empty_like(masks)
     for q in range(masks.shape[0]):

@@ -34,11 +34,15 @@ TEXT_SHARE = 0.7
 # real pages a quarter beat a half by 4 points on reading questions; a half keeps more of the
 # decoder's own cut on forms and tables (docs/finetune.md, "Masks completed to text blocks").
 BLOCK_SHARE = 0.25
+# ... and holds at least this many of the block's words, or half of them.
+MIN_HELD = 2
 # A word ending in ':' followed on its line by a gap wider than this x the word's height is a form
 # field's label: the value after it is a region of its own (a space between words is ~0.3 x).
 LABEL_GAP = 0.6
-# ... and holds at least this many of the block's words, or half of them.
-MIN_HELD = 2
+# A gap between two words wider than this x the line height parts a table's cells (a space is
+# ~0.3 x; on exact answers 0.6-0.8 score alike and 1.0 joins a narrow table's cells again:
+# scripts/snap_fidelity.py).
+CELL_GAP = 0.8
 # A block with at least this many words ending in ':' is a form's fields: each such word is a label.
 FORM_LABELS = 2
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
@@ -171,7 +175,8 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         if blocks is None:
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
             blocks = group_blocks(exact, words)
-        for ids in (unit for block in blocks for unit in field_units(block, exact, words)):
+        values = field_values(exact, words)
+        for ids in (unit for block in blocks for unit in field_units(block, exact, words, values)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
             inside = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)
@@ -189,33 +194,66 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     return out
 
 
-def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None) -> list[list[int]]:
-    """A text block as the units a mask is completed to: the block itself, or — on a form, where a
-    label and its value share a block — each label and each value. A label is a word ending in ':'
-    with a gap wider than LABEL_GAP x its height after it on its line. Within a line piece
-    (`group_lines`) each label ends a unit; a piece beside another on its line is a unit of its own;
-    a piece on a new line without a label continues the unit above (a value over two lines)."""
-    colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in block)
-    if not colons:
-        return [list(block)]
+def field_values(word_boxes: np.ndarray, words: Sequence[str] | None) -> np.ndarray:
+    """bool [K]: the words of form fields' values set apart from their labels — each line piece
+    (`group_lines`) nearest to the right of a piece that ends in a label (a word ending in ':') on
+    the same line. Labels in a column of their own leave the values in a block of their own, one
+    value per line, which completing the block would merge."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    out = np.zeros(len(boxes), bool)
+    if words is None or not len(boxes):
+        return out
+    pieces = group_lines(boxes)
+    spans = np.array([[boxes[p, 0].min(), boxes[p, 1].min(), boxes[p, 2].max(), boxes[p, 3].max()] for p in pieces])
+    heights = spans[:, 3] - spans[:, 1]
+    for j, piece in enumerate(pieces):
+        if not str(words[piece[-1]]).endswith(":"):
+            continue
+        overlap = np.minimum(spans[:, 3], spans[j, 3]) - np.maximum(spans[:, 1], spans[j, 1])
+        beside = (spans[:, 0] >= spans[j, 2]) & (overlap > 0.5 * np.minimum(heights, heights[j]))
+        if beside.any():
+            out[pieces[int(np.where(beside, spans[:, 0], np.inf).argmin())]] = True
+    return out
+
+
+def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None,
+                values: np.ndarray | None = None) -> list[list[int]]:
+    """A text block as the units a mask is completed to: the block itself, or — on a form or a
+    table, where a line holds several fields or cells — each label, value and cell.
+
+    The block's lines are cut into pieces at gaps wider than CELL_GAP x the line height (a table's
+    columns, a label's value). A label is a word ending in ':' with a gap wider than LABEL_GAP x
+    its height after it on its line; within a piece each label ends a unit. A piece beside another
+    on its line is a unit of its own; a piece on a new line continues the unit above when it lies
+    under it and holds no label (a value over two lines), unless it is a field's value (`values`,
+    bool [K] from `field_values`: its label is in another block)."""
+    ids_all = list(block)
+    colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in ids_all)
+    values = np.zeros(len(word_boxes), bool) if values is None else values
+    pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP)]
+    if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all])):
+        return [ids_all]                               # a paragraph: no labels, no cells
     form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
     units: list[list[int]] = []
-    previous = None                                    # y0, y1 of the last piece
-    for piece in group_lines(word_boxes[list(block)]):
-        ids = [block[k] for k in piece]
-        y0, y1 = word_boxes[ids, 1].min(), word_boxes[ids, 3].max()
+    previous = None                                    # x0, y0, x1, y1 of the last piece
+    for ids in pieces:
+        x0, y0 = word_boxes[ids, :2].min(0)
+        x1, y1 = word_boxes[ids, 2:].max(0)
         cuts = [j for j, (a, b) in enumerate(zip(ids, ids[1:]))
-                if str(words[a]).endswith(":") and (form or word_boxes[b, 0] - word_boxes[a, 2]
-                                                    > LABEL_GAP * max(word_boxes[a, 3] - word_boxes[a, 1], 1.0))]
-        same_line = previous is not None and min(y1, previous[1]) - max(y0, previous[0]) > 0.5 * (y1 - y0)
-        if units and not cuts and not same_line:
+                if words is not None and str(words[a]).endswith(":")
+                and (form or word_boxes[b, 0] - word_boxes[a, 2] > LABEL_GAP * max(word_boxes[a, 3] - word_boxes[a, 1], 1.0))]
+        same_line = previous is not None and min(y1, previous[3]) - max(y0, previous[1]) > 0.5 * (y1 - y0)
+        under = previous is not None and min(x1, previous[2]) - max(x0, previous[0]) > 0
+        # a piece ending in a label on a form ("Phone:" in a column of labels) opens a unit too
+        labelled = bool(cuts) or (form and str(words[ids[-1]]).endswith(":"))
+        if units and under and not labelled and not same_line and not values[ids].all():
             units[-1].extend(ids)
         else:
             start = 0
             for j in cuts + [len(ids) - 1]:
                 units.append(ids[start:j + 1])
                 start = j + 1
-        previous = (y0, y1)
+        previous = (x0, y0, x1, y1)
     return units
 
 

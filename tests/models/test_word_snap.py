@@ -151,3 +151,110 @@ def test_a_part_smaller_than_its_word_means_that_word():
     ragged[174:178, 40:60] = True                            # 4 of the last line's 10 rows, on one word
     out = snap_to_words(ragged, words)
     assert out[150:173, 40:160].all() and not out[180:186].any()
+
+
+def test_a_value_beside_a_column_of_labels_is_completed_alone():
+    from dociq.data.text_blocks import group_blocks
+    from dociq.models.word_snap import field_values, snap_to_blocks
+
+    # labels in a column of their own ("Name:", "City:", "Phone:"), the values in a column beside
+    # them, as close as a paragraph's lines: the values make one block, each line a field's value
+    words = ["Name:", "City:", "Phone:", "Kim", "Smith", "Lake", "Road", "976-593"]
+    boxes = np.array([[20, 50, 50, 60], [20, 63, 48, 73], [20, 76, 55, 86],
+                      [90, 50, 110, 60], [113, 50, 140, 60], [90, 63, 112, 73], [115, 63, 140, 73],
+                      [90, 76, 135, 86]], float)
+    assert [words[k] for k in np.flatnonzero(field_values(boxes, words))] == words[3:]
+    assert [[words[k] for k in b] for b in group_blocks(boxes, words)] == [words[:3], words[3:]]
+    # a perfect answer to "which value belongs to the field 'City'?" stays that value
+    city = _box_mask(63, 73, 90, 140)
+    assert np.array_equal(snap_to_blocks(city, boxes, words), city)
+    # a paragraph with no labels beside it is still completed
+    prose = ["one", "two", "three", "four"]
+    para = np.array([[90, 50, 140, 60], [90, 63, 140, 73], [90, 76, 140, 86], [90, 89, 130, 99]], float)
+    assert not field_values(para, prose).any()
+    assert np.array_equal(snap_to_blocks(_box_mask(50, 73, 90, 140), para, prose), _box_mask(50, 99, 90, 140))
+
+
+def test_a_form_label_on_a_line_of_its_own_opens_a_unit():
+    from dociq.models.word_snap import field_units
+
+    # "Date of birth: 08 Sep" spans both columns and joins the labels below it into one block
+    words = ["Date", "of", "birth:", "08", "Sep", "Employer:", "Phone:"]
+    boxes = np.array([[20, 50, 40, 60], [43, 50, 53, 60], [56, 50, 80, 60], [90, 50, 105, 60], [108, 50, 125, 60],
+                      [20, 63, 62, 73], [20, 76, 52, 86]], float)
+    units = [[words[k] for k in u] for u in field_units(list(range(7)), boxes, words)]
+    assert units == [["Date", "of", "birth:"], ["08", "Sep"], ["Employer:"], ["Phone:"]]
+
+
+def _page_with_lines(bullets: bool, shape=(120, 200)):
+    """A white page with three black text lines (words drawn as bars) and, if `bullets`, a 3x3-px
+    dot left of each line, as a CSS list marker prints: not a word of the text layer."""
+    image = np.full((*shape, 3), 255, np.uint8)
+    boxes = []
+    for row, y in enumerate((20, 33, 46)):
+        for x0, x1 in ((40, 80), (84, 120)):
+            image[y + 2:y + 8, x0:x1] = 0
+            boxes.append([x0, y, x1, y + 10])
+        if bullets:
+            image[y + 4:y + 7, 28:31] = 0
+    return image, np.array(boxes, float)
+
+
+def test_bullets_drawn_left_of_the_lines_open_list_items():
+    from dociq.data.text_blocks import drawn_bullets, group_blocks
+    from dociq.models.word_snap import snap_to_blocks
+
+    image, boxes = _page_with_lines(bullets=True)
+    opens = drawn_bullets(image, boxes)
+    assert np.flatnonzero(opens).tolist() == [0, 2, 4]          # the first word of each line
+    items = group_blocks(boxes, None, opens_item=opens)
+    assert items == [[0, 1], [2, 3], [4, 5]]
+    # the mask on the second item stays that item, where one block of three lines would take all
+    second = _box_mask(33, 43, 40, 120)
+    assert np.array_equal(snap_to_blocks(second, boxes, blocks=items), second)
+    assert snap_to_blocks(second, boxes).sum() > 2 * second.sum()
+    # no marks, or a mark too big to be a bullet (a word the text layer lacks): one paragraph
+    plain, _ = _page_with_lines(bullets=False)
+    assert not drawn_bullets(plain, boxes).any()
+    big = image.copy()
+    big[20:40, 10:31] = 0
+    assert not drawn_bullets(big, boxes)[[0, 2]].any()
+    # a word in the strip left of a piece: the piece continues its line, whatever is drawn there
+    assert not drawn_bullets(image, np.vstack([boxes, [[20, 33, 36, 43]]]))[2]
+
+
+def test_an_indented_line_opens_a_block_unless_it_is_centred_or_wraps_an_item():
+    from dociq.data.text_blocks import group_blocks
+
+    # a definition: its term, then its text indented under it (as close as a paragraph's lines)
+    term = np.array([[20, 50, 90, 60], [40, 63, 160, 73], [40, 76, 150, 86]], float)
+    assert group_blocks(term, ["stat.S_IXOTH", "Others", "execute"], split_indented=True) == [[0], [1, 2]]
+    assert group_blocks(term, ["stat.S_IXOTH", "Others", "execute"]) == [[0, 1, 2]]
+    # a centred title over two lines: the shorter second line starts further right, and stays
+    title = np.array([[20, 50, 180, 62], [50, 65, 150, 77]], float)
+    assert group_blocks(title, ["A", "title"], split_indented=True) == [[0, 1]]
+    # "• an item" wrapping: its second line starts right of the bullet, under the item's text
+    item = np.array([[20, 50, 26, 60], [30, 50, 160, 60], [30, 63, 120, 73]], float)
+    assert group_blocks(item, ["•", "first", "wraps"], split_indented=True) == [[0, 1, 2]]
+    # a paragraph's indented first line is no reason to split it
+    para = np.array([[40, 50, 160, 60], [20, 63, 160, 73], [20, 76, 100, 86]], float)
+    assert group_blocks(para, ["Indented", "then", "flush"], split_indented=True) == [[0, 1, 2]]
+
+
+def test_a_tables_cells_are_completed_apart_even_with_narrow_gutters():
+    from dociq.models.word_snap import field_units, snap_to_blocks
+
+    # two rows of a narrow table: "ACC-4431  2006-08-30  8,134.27", gutters of one line height
+    words = ["ACC-4431", "2006-08-30", "8,134.27", "ACC-8997", "2012-07-02", "2,492.68"]
+    boxes = np.array([[20, 50, 60, 60], [70, 50, 110, 60], [120, 50, 150, 60],
+                      [20, 63, 60, 73], [70, 63, 110, 73], [120, 63, 150, 73]], float)
+    units = [[words[k] for k in u] for u in field_units(list(range(6)), boxes, words)]
+    assert units == [[w] for w in words]
+    balance = _box_mask(63, 73, 120, 150)
+    assert np.array_equal(snap_to_blocks(balance, boxes, words), balance)
+    # a value over two lines, the second under the first: one unit
+    words = ["Address:", "242", "Jennifer", "Valleys", "Apt.", "889"]
+    boxes = np.array([[20, 50, 60, 60], [80, 50, 95, 60], [98, 50, 130, 60], [133, 50, 160, 60],
+                      [80, 63, 100, 73], [103, 63, 120, 73]], float)
+    units = [[words[k] for k in u] for u in field_units(list(range(6)), boxes, words)]
+    assert units == [["Address:"], ["242", "Jennifer", "Valleys", "Apt.", "889"]]
