@@ -35,18 +35,16 @@ import torch  # noqa: E402
 
 def build_predictor(checkpoint: str | None, model: str, device: str):
     """A checkpoint (file or from_pretrained folder), or a randomly initialised model of configs/model/<model>.yaml
-    composed as `python train.py stage=finetune model=<model>` would."""
+    (what `python train.py stage=finetune model=<model>` builds)."""
     from dociq.inference.predictor import Predictor, load_predictor
 
     if checkpoint:
         return load_predictor(checkpoint, device)
-    from omegaconf import OmegaConf
-
-    from dociq.training.config import compose
     from dociq.models.segmenter import SegmentationModel
+    from dociq.models.sizes import size_config
 
     torch.manual_seed(0)
-    cfg = OmegaConf.to_container(compose(["stage=finetune", f"model={model}"]).model, resolve=True)
+    cfg = size_config(model)
     return Predictor(SegmentationModel.from_config(cfg), int(cfg["image_size"]), device=device)
 
 

@@ -21,12 +21,14 @@ import torch
 
 
 def load_encoder(spec: str, size: str, image_size: int):
-    from dociq.models.image_encoder import ImageEncoder, load_image_encoder_from_checkpoint
+    from dociq.models.document_model import image_encoder_from_config
+    from dociq.models.image_encoder import load_image_encoder_from_checkpoint
+    from dociq.models.sizes import complete_model_config
     from dociq.training.tasks.pretrain import state_under
 
     name, _, seed = spec.partition(":")
     torch.manual_seed(int(seed) if name == "random" and seed else 0)
-    encoder = ImageEncoder.from_size(size, img_size=image_size)
+    encoder = image_encoder_from_config(complete_model_config({"size": size, "image_size": image_size}))
     if name == "random":
         return encoder
     path, _, part = spec.partition(":")

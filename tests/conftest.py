@@ -21,20 +21,25 @@ def repo_root():
     return Path(__file__).resolve().parent.parent
 
 
-# A small variant of model=tiny (128-px pages, one text/fusion layer) for fine-tuning tests.
-SMALL_SEGMENTATION_MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
-                            "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1},
-                            "prompt_encoder": {}, "mask_decoder": {}}
+# A small variant of model=tiny for fine-tuning tests: 128-px pages, one text/fusion layer, the word
+# grounding of questions alone (no clicked words, text blocks or box words), no click maps, word
+# classes or relative token height. The overrides, completed from configs/model/tiny.yaml where a
+# model is built.
+SMALL_SEGMENTATION_MODEL = {"size": "tiny", "image_size": 128, "fusion": {"depth": 1},
+                            "text_encoder": {"num_hidden_layers": 1, "relative_height": False},
+                            "grounding": {"click_words": False, "text_blocks": False, "box_words": False},
+                            "click_maps": False, "word_classes": False}
 
 
 @pytest.fixture(scope="module")
 def finetune_checkpoint(tmp_path_factory):
     """(path, task): an untrained stage=finetune checkpoint as Lightning writes it (state_dict +
     the task's hyper-parameters), and the task it came from."""
+    from dociq.models.sizes import complete_model_config
     from dociq.training.tasks.finetune import FinetuneTask
 
     torch.manual_seed(0)
-    task = FinetuneTask(model=SMALL_SEGMENTATION_MODEL)
+    task = FinetuneTask(model=complete_model_config(SMALL_SEGMENTATION_MODEL))
     path = tmp_path_factory.mktemp("ckpt") / "finetune.ckpt"
     torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, path)
     return path, task

@@ -27,7 +27,9 @@ IMPORT_NAMES = {
 }
 # Not listed, installed all the same by a required package: what it comes with.
 COMES_WITH = {"torchvision": "timm, open_clip_torch (pinned with torch in `train`)",
-              "tokenizers": "transformers (dociq.cli.export imports the ONNX exporter's tokenizer files)"}
+              "tokenizers": "transformers (dociq.cli.export imports the ONNX exporter's tokenizer files)",
+              "yaml": "PyYAML: timm, transformers and huggingface_hub require it (dociq.models.sizes reads "
+                      "configs/model/<size>.yaml)"}
 # The modules a lean install imports for its commands (the onnx_* files are the `onnx`/`export` extras').
 LEAN_GLOBS = ["dociq/inference/*.py", "dociq/models/*.py", "dociq/io/*.py", "dociq/data/*.py", "dociq/cli/predict.py"]
 # The lean commands' modules: what they import from dociq at module level must be lean too.

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from dociq.cli.export import main
 from dociq.inference.model_folder import DociqSegmenter, export_checkpoint
 from dociq.inference.predictor import predictor_from_pretrained
+from dociq.models.sizes import check_model_config
 
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"}
 
@@ -53,7 +54,8 @@ def test_folder_layout(exported):
     config = json.loads((exported / "config.json").read_text())
     assert config["library_name"] == "dociq" and config["image_size"] == 128
     assert config["ocr"] is True and config["lexical_match"] is True
-    assert config["model"]["text_encoder"] == {"num_hidden_layers": 1}
+    assert config["model"]["text_encoder"]["num_hidden_layers"] == 1
+    check_model_config(config["model"])                                            # the complete shape
     assert config["ocr_tokenizer"]["max_length"] == MAX_OCR_TOKENS   # whole pages: the default budget
     assert config["question_tokenizer"]["context_length"] == 32
 

@@ -6,6 +6,7 @@
     dociq segment run.ckpt docs/ --out results/          # dociq.cli.segment (dociq.inference.documents)
     dociq eval run.ckpt --pages 64                       # dociq.cli.eval (dociq.evaluation.answers)
     dociq export run.ckpt exported/                      # dociq.cli.export (dociq.inference.model_folder)
+    dociq convert-checkpoint old.ckpt new.ckpt           # dociq.cli.convert_checkpoint (dociq.inference.convert)
     dociq engine import --data store/ pages/             # dociq.cli.engine (the data engine)
     dociq corpus build pdfs/ data/corpus                 # dociq.cli.corpus (real documents)
     dociq --debug predict ...                            # tracebacks instead of one-line errors
@@ -51,6 +52,9 @@ COMMANDS: dict[str, Command] = {
                     "corpus split or a COCO set; --baseline detector adds a layout-detector peer", "dociq.cli.eval"),
     "export": Command("export a checkpoint for sharing: dociq export CKPT DIR", "dociq.cli.export", prefix=("export",),
                       takes_debug=True),
+    "convert-checkpoint": Command("complete the model config of a checkpoint or model folder from before "
+                                  "complete configs: dociq convert-checkpoint OLD NEW",
+                                  "dociq.cli.convert_checkpoint", takes_debug=True),
     "corpus": Command("real documents: fetch Debian's, build labelled shards from any PDF/HTML folder, "
                       "export COCO (dociq corpus --help)", "dociq.cli.corpus"),
     "engine": Command("the data engine: import pages, annotate, export (dociq engine --help)", "dociq.cli.engine",

@@ -43,6 +43,7 @@ from dociq.data.masks import mask_iou
 from dociq.engine.coco_export import export_coco
 from dociq.engine.store import EngineStore
 from dociq.io.checkpoint import read_checkpoint
+from dociq.models.sizes import checkpoint_model_config, complete_model_config
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,8 @@ class TrainJob:
 
     def write_config(self, model_config: dict) -> None:
         """The run's own Hydra groups: data (the shipped `data=corpus_mixed` with `train_set()` in
-        place of its train set and no validation), model (the checkpoint's), callbacks (only the
+        place of its train set and no validation), model (the checkpoint's, written complete:
+        `complete_model_config`), callbacks (only the
         last checkpoint: the round evaluates it itself). stage=finetune sets the data module's
         questions, batch size and masking."""
         data = {"defaults": [BASE_DATA_CONFIG, "_self_"], "train_set": self.train_set(), "val_set": None}
@@ -202,7 +204,7 @@ class TrainJob:
             "dirpath": "${paths.output_dir}/checkpoints", "monitor": None, "save_top_k": 0, "save_last": True}}
         # JSON is YAML: no quoting surprises in paths or interpolations
         (conf / "data" / "engine_round.yaml").write_text(json.dumps(data, indent=1))
-        (conf / "model" / "engine_round.yaml").write_text(json.dumps(model_config, indent=1))
+        (conf / "model" / "engine_round.yaml").write_text(json.dumps(complete_model_config(model_config), indent=1))
         (conf / "callbacks" / "engine_round.yaml").write_text(json.dumps(callbacks, indent=1))
 
     def command(self) -> list[str]:
@@ -242,7 +244,7 @@ def checkpoint_hparams(path: Path) -> dict:
     if "model" not in hparams:
         raise ValueError(f"checkpoint {path} has no hyper_parameters.model: it is not a stage=finetune "
                          "checkpoint. Fix: start the engine from a `python train.py stage=finetune` checkpoint")
-    return dict(hparams)
+    return dict(hparams, model=checkpoint_model_config(hparams["model"], path))
 
 
 def train_subprocess(job: TrainJob) -> Path:

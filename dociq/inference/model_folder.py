@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -42,7 +41,9 @@ from safetensors.torch import load_model
 from torch import nn
 
 from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer, default_vocab_dir
+from dociq.io.atomic import atomic_folder
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
+from dociq.models.sizes import IncompleteModelConfig, ModelConfigError, check_model_config, checkpoint_model_config
 
 
 LIBRARY_NAME = "dociq"
@@ -236,7 +237,23 @@ def _weights_error(folder: Path, err: RuntimeError) -> ValueError:
 
 
 def check_model_folder(folder: Path) -> dict:
-    """The folder's config.json after checking that the folder is a complete dociq model folder."""
+    """The folder's config.json after checking that the folder is a complete dociq model folder
+    whose model config is complete (an older one names `dociq convert-checkpoint`)."""
+    config = read_folder_config(folder)
+    try:
+        check_model_config(config["model"])
+    except IncompleteModelConfig as err:
+        raise _folder_error(folder, f"{CONFIG_NAME}'s {err.problem}", f"convert the folder once with "
+                            f"`dociq convert-checkpoint {folder} NEW_FOLDER` and use NEW_FOLDER") from err
+    except ModelConfigError as err:
+        raise _folder_error(folder, f"{CONFIG_NAME} describes a model dociq cannot build ({err.problem})",
+                            f"restore the exported {CONFIG_NAME}, or {EXPORT_HINT} again") from err
+    return config
+
+
+def read_folder_config(folder: Path) -> dict:
+    """The folder's config.json after checking that the folder holds every file of a dociq model
+    folder (its model config is not checked)."""
     if not folder.exists():
         raise _folder_error(folder, "does not exist", f"give the folder written by export ({EXPORT_HINT}); for a "
                             "hub repository, download it first with huggingface_hub.snapshot_download(repo_id) "
@@ -323,7 +340,7 @@ def _unjsonable(value: Any):
     raise TypeError(f"{type(value).__name__} {value!r} cannot be written to config.json")
 
 
-def _without_file_paths(model_cfg: dict) -> dict:
+def without_file_paths(model_cfg: dict) -> dict:
     """Drop `checkpoint_path` entries: they loaded weights at the start of training that the folder's
     model.safetensors already holds, and the files need not exist where the folder is loaded."""
     cfg = copy.deepcopy(model_cfg)
@@ -449,7 +466,7 @@ def segmenter_from_checkpoint(ckpt_path: str | Path) -> tuple["DociqSegmenter", 
     max_length = _hydra_value(hydra, "data.tokenizer.max_length", None)
     ocr_tokenizer = OcrTokenizer(vocab_dir=vocab_dir, **({} if max_length is None else {"max_length": int(max_length)}))
     max_question_words = int(_hydra_value(hydra, "data.max_question_words", DEFAULT_MAX_QUESTION_WORDS))
-    model_cfg = _without_file_paths(_plain(hparams["model"]))
+    model_cfg = without_file_paths(_plain(checkpoint_model_config(hparams["model"], path)))
     segmenter = DociqSegmenter(
         model=model_cfg, image_size=int(model_cfg["image_size"]), ocr=bool(hparams.get("ocr", True)),
         lexical_match=bool(hparams.get("lexical_match", True)),
@@ -499,19 +516,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
             "metrics": _metrics_markdown(metrics, sources),
             "hyper_parameters": _yaml(ckpt["hyper_parameters"]),
             "hydra_config": hydra or ""}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)            # mkdtemp makes 0700; the folder gets the usual mode
+    with atomic_folder(out_dir) as tmp:
         segmenter.save_pretrained(tmp, model_card_kwargs=card)
-        if out_dir.exists():
-            shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

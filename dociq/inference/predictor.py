@@ -50,6 +50,7 @@ from dociq.data.tokenize import OcrTokenizer, QuestionTokenizer
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.segmenter import PageEmbedding, SegmentationModel, remove_ocr_words
+from dociq.models.sizes import checkpoint_model_config
 from dociq.inference.model_folder import (DEFAULT_MAX_QUESTION_WORDS, DociqSegmenter, folder_ocr_tokenizer,
                                           folder_question_tokenizer_of)
 from dociq.inference.page_inputs import read_page_image, read_page_words
@@ -80,7 +81,7 @@ class Predictor:
         self.use_ocr = use_ocr
         self.max_question_words = int(max_question_words)
         self.use_lexical_match = True
-        # the page's text blocks only for a grounding that reads them (older checkpoints do not)
+        # the page's text blocks only for a grounding that reads them (model.grounding.text_blocks)
         uses_blocks = model.grounding is not None and model.grounding.text_blocks
         self.collator = DocumentCollator(self.image_size, ocr_tokenizer=ocr_tokenizer, blocks=uses_blocks)
         question_encoder = model.prompt_encoder.question_encoder
@@ -112,7 +113,7 @@ class Predictor:
         path = Path(path)
         ckpt = read_finetune_checkpoint(path)
         hparams = ckpt["hyper_parameters"]
-        model = SegmentationModel.from_config(hparams["model"])
+        model = SegmentationModel.from_config(checkpoint_model_config(hparams["model"], path))
         state = model_state_dict(ckpt["state_dict"])
         result = model.load_state_dict(state, strict=False)
         if result.missing_keys:

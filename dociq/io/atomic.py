@@ -1,9 +1,11 @@
 """Files written atomically: a temp file in the target's folder, fsynced, then `os.replace`d over
-it, so a reader (or a crash) never sees half a file. The one implementation every writer uses.
+it, so a reader (or a crash) never sees half a file. The one implementation every writer uses;
+`atomic_folder` does the same for a folder of files (a model folder).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +44,27 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """`with atomic_folder(p) as tmp: fill(tmp)`: a temp folder next to `p` that becomes `p` when the
+    block ends without an error, and is removed when it raises. A `p` already there (the caller
+    chose to replace it) is removed just before the rename, so `p` is never half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        tmp.chmod(0o777 & ~_UMASK)            # mkdtemp makes 0700; the folder gets the usual mode
+        yield tmp
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

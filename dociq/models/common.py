@@ -1,20 +1,20 @@
 """Small layers and helpers shared by the prompt encoder and the mask decoder.
 
 Layers: SAM's head MLP, and timm's LayerNorm2d re-exported (same `weight`/`bias` keys as SAM's).
-Helpers: named-size resolution (the sizes live in dociq.models.sizes). Reading checkpoints
-given as a state dict or a path is `dociq.io.checkpoint.load_state_dict_like`.
+Helpers: `build_part`, a part built from its section of a model config (dociq.models.sizes).
+Reading checkpoints given as a state dict or a path is `dociq.io.checkpoint.load_state_dict_like`.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from timm.layers import LayerNorm2d  # noqa: F401  (channels-first LayerNorm, eps 1e-6 as SAM)
 from torch import nn
 
-from dociq.models.sizes import part_config
+from dociq.models.sizes import ModelConfigError
 
 
 def exporting() -> bool:
@@ -52,12 +52,20 @@ class MLP(nn.Module):
         return torch.sigmoid(x) if self.sigmoid_output else x
 
 
-def resolve_size(what: str, part: str, size: str, overrides: Mapping[str, Any], cls: type) -> dict[str, Any]:
-    """Constructor kwargs of `part` at named `size` (dociq.models.sizes), with `overrides` checked
-    against `cls.__init__`'s parameters."""
-    config = part_config(size, part)
-    valid = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    unknown = sorted(set(overrides) - valid)
-    if unknown:
-        raise TypeError(f"{what}.from_size({size!r}): unknown override(s) {unknown}; valid keys: {sorted(valid)}")
-    return {**config, **overrides}
+def build_part(build: Callable[..., Any], part: str, model: Mapping[str, Any], **derived: Any) -> Any:
+    """`build(**model[part], **derived)`: a part from its section of a complete model config plus the
+    arguments that follow from the rest of the model (widths of its neighbours, the page size). A
+    derived argument written in the config, or a key `build` does not take, is a ModelConfigError
+    naming it (a `build` that takes **kwargs checks its own keys)."""
+    given = dict(model[part])
+    clash = sorted(set(given) & set(derived))
+    if clash:
+        raise ModelConfigError(f"model.{part}.{clash[0]} is set, but it follows from the rest of the model "
+                               "config", f"remove model.{part}.{clash[0]}")
+    parameters = inspect.signature(build).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        valid = sorted(set(parameters) - {"self"} - set(derived))
+        unknown = sorted(set(given) - set(valid))
+        if unknown:
+            raise ModelConfigError(f"unknown model.{part} key(s) {unknown}", f"use {', '.join(valid)}")
+    return build(**given, **derived)

@@ -11,13 +11,11 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from dociq.models.common import build_part
 from dociq.models.fusion import FusionTrunk
 from dociq.models.image_encoder import ImageEncoder
+from dociq.models.sizes import ModelConfigError, check_model_config
 from dociq.models.text_encoder import TextEncoder
-
-# Keys of the `model` config group this class reads; the rest (prompt encoder, ...) belong to
-# other stages' parts.
-PART_KEYS = ("image_encoder", "text_encoder", "fusion")
 
 
 class DocumentModel(nn.Module):
@@ -30,17 +28,12 @@ class DocumentModel(nn.Module):
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any]) -> "DocumentModel":
-        """Build from the `model` config group: {size, image_size, image_encoder: {...}, ...}."""
-        for key in ("size", "image_size"):
-            if key not in model:
-                raise KeyError(f"model config has no `{key}`: configs/model/<name>.yaml must set it")
-        size = model["size"]
-        image_encoder = ImageEncoder.from_size(size, img_size=model["image_size"],
-                                               **dict(model.get("image_encoder") or {}))
-        text_encoder = TextEncoder.from_size(size, **dict(model.get("text_encoder") or {}))
-        fusion = FusionTrunk.from_size(size, image_dim=image_encoder.embed_dim,
-                                       text_dim=text_encoder.hidden_size,
-                                       **dict(model.get("fusion") or {}))
+        """Build from a complete `model` config (configs/model/<size>.yaml as composed; a checkpoint's
+        hyper_parameters.model); anything less is a ModelConfigError naming the missing keys."""
+        image_encoder = image_encoder_from_config(model)
+        text_encoder = text_encoder_from_config(model)
+        fusion = build_part(FusionTrunk, "fusion", model, image_dim=image_encoder.embed_dim,
+                            text_dim=text_encoder.hidden_size)
         return cls(image_encoder, text_encoder, fusion)
 
     @property
@@ -85,3 +78,20 @@ class DocumentModel(nn.Module):
         text_tokens = self.text_encoder(ids, batch["ocr_boxes"], batch["ocr_mask"])
         return self.fusion(image_tokens, text_tokens, batch["ocr_boxes"], self.unit_grid,
                            image_idx=keep_idx, text_mask=batch["ocr_mask"], fill_masked=True)
+
+
+def image_encoder_from_config(model: Mapping[str, Any]) -> ImageEncoder:
+    """The image encoder of a complete model config: Hiera at `image_size`, whose mask unit must be
+    `mask_unit_px` (the configs' unit grid is image_size / mask_unit_px)."""
+    check_model_config(model)
+    encoder = build_part(ImageEncoder, "image_encoder", model, img_size=int(model["image_size"]))
+    if int(model["mask_unit_px"]) != encoder.unit_px:
+        raise ModelConfigError(f"model.mask_unit_px={model['mask_unit_px']} but the Hiera mask unit is "
+                               f"{encoder.unit_px} px (patch stride x mask_unit_size)", "make them agree")
+    return encoder
+
+
+def text_encoder_from_config(model: Mapping[str, Any]) -> TextEncoder:
+    """The layout text encoder of a complete model config."""
+    check_model_config(model)
+    return build_part(TextEncoder.build, "text_encoder", model)

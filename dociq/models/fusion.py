@@ -14,8 +14,6 @@ and the D-JEPA predictor read); with `fill_masked=False` only the given units co
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,21 +21,6 @@ from torch import nn
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.models.common import exporting
 from dociq.models.pos_embed import sincos_2d
-from dociq.models.sizes import part_config
-
-
-@dataclass(frozen=True)
-class FusionConfig:
-    dim: int = 128          # width D of the fused tokens
-    depth: int = 2          # number of two-stream blocks
-    num_heads: int = 4
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
-    # Text self-attention runs in windows of this many tokens of reading order, shifted by half a
-    # window in every other block (Swin), so a 3,000-token page costs linear, not quadratic,
-    # time; null = global attention. Cross-attention to the image is always global.
-    text_window: int | None = 512
-
 
 
 class FusionAttention(nn.Module):
@@ -154,6 +137,11 @@ class FusionTrunk(nn.Module):
     def __init__(self, image_dim: int, text_dim: int, dim: int = 128, depth: int = 2,
                  num_heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
                  text_window: int | None = 512) -> None:
+        """image_dim, text_dim: widths of the encoders' tokens; dim: width of the fused tokens;
+        depth: number of two-stream blocks. Text self-attention runs in windows of `text_window`
+        tokens of reading order, shifted by half a window in every other block (Swin), so a
+        3,000-token page costs linear, not quadratic, time; None = global attention.
+        Cross-attention to the image is always global."""
         super().__init__()
         self.dim = dim
         self.image_in = nn.Sequential(nn.LayerNorm(image_dim), nn.Linear(image_dim, dim))
@@ -165,17 +153,6 @@ class FusionTrunk(nn.Module):
             for i in range(depth))
         self.norm_img, self.norm_txt = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self._pos_cache: dict[tuple[int, int], torch.Tensor] = {}
-
-    @classmethod
-    def from_size(cls, size: str, image_dim: int, text_dim: int, **overrides) -> "FusionTrunk":
-        named = FusionConfig(**part_config(size, "fusion"))   # dociq.models.sizes
-        known = set(asdict(named))
-        unknown = set(overrides) - known
-        if unknown:
-            raise KeyError(f"unknown model.fusion key(s) {sorted(unknown)}; "
-                           f"allowed: {sorted(known)}")
-        cfg = replace(named, **overrides)
-        return cls(image_dim, text_dim, **asdict(cfg))
 
     def grid_pos(self, grid: tuple[int, int], device: torch.device) -> torch.Tensor:
         """Sin-cos table of the unit grid, [h*w, D] in raster order (cached per grid)."""

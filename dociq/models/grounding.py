@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +48,6 @@ from torch import Tensor, nn
 
 from dociq.data.lexical import NUM_MATCH_CODES
 from dociq.data.schema import LAYOUT_SCALE
-from dociq.models.common import resolve_size
 from dociq.models.fusion import FusionAttention, FusionMLP, windowed_self_attention
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT
 from dociq.models.prompt_encoder import NEGATIVE_POINT as NEGATIVE_LABEL
@@ -357,17 +355,16 @@ class PageLayout:
 class WordGrounding(nn.Module):
     def __init__(self, text_dim: int, dim: int, high_res_dim: int, depth: int = 2, num_heads: int = 4,
                  mlp_ratio: float = 2.0, num_frequencies: int = 8, alignment: bool = True,
-                 window: int | None = None, click_words: bool = False, click_margin: float = 20.0,
-                 text_blocks: bool = False, box_words: bool = False) -> None:
+                 window: int | None = None, *, click_words: bool, text_blocks: bool, box_words: bool,
+                 click_margin: float = 20.0) -> None:
         """text_dim: width of the fusion trunk's text tokens; dim: the decoder width (question
         tokens arrive at this width); high_res_dim: channels of the decoder's stride-4 features.
         alignment: also tell each token which question words are matched on its text line and in
         its column (a table cell is where the row key's line crosses the header's column).
-        click_words: clicks tag the word they fall on (see `clicked_words`; off in checkpoints
-        made before it existed); click_margin: how far from a word, in layout units (0..1000 of
-        the page frame), a click still takes it. text_blocks: use the page's text blocks (module
-        docstring; the batch key `ocr_block_index`; off in checkpoints made before it). box_words:
-        the words inside a box prompt are tagged too (see `boxed_words`; off when absent)."""
+        click_words: clicks tag the word they fall on (see `clicked_words`); click_margin: how far
+        from a word, in layout units (0..1000 of the page frame), a click still takes it.
+        text_blocks: use the page's text blocks (module docstring; the batch key `ocr_block_index`).
+        box_words: the words inside a box prompt are tagged too (see `boxed_words`)."""
         super().__init__()
         self.alignment = alignment
         self.click_words, self.click_margin = bool(click_words), float(click_margin)
@@ -403,10 +400,6 @@ class WordGrounding(nn.Module):
         self.relevance_head = nn.Linear(dim, 1)
         self.to_dense = nn.Linear(dim + 1, dim)
         self.to_high_res = nn.Linear(dim + 1, high_res_dim)
-
-    @classmethod
-    def from_size(cls, size: str, **overrides: Any) -> "WordGrounding":
-        return cls(**resolve_size("WordGrounding", "grounding", size, overrides, cls))
 
     def forward(self, text_tokens: Tensor, boxes: Tensor, token_mask: Tensor, word_index: Tensor,
                 question_tokens: Tensor, match: Tensor, word_pos: Tensor, has_question: Tensor,

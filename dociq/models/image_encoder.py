@@ -1,5 +1,6 @@
-"""The image encoder: timm's Hiera with named sizes, a sparse (mask-unit) forward for I-JEPA
-contexts, multi-scale maps for the mask decoder, and checkpoint loading across resolutions.
+"""The image encoder: timm's Hiera (its arguments are the model config's `image_encoder`), a sparse
+(mask-unit) forward for I-JEPA contexts, multi-scale maps for the mask decoder, and checkpoint
+loading across resolutions.
 
 Geometry: 4-px patches, 8x8-patch mask units (32 px), three 2x2 q-poolings, so each last-stage
 token is exactly one mask unit and `unit_grid` = (H/32, W/32). Unit index = row * grid_w + col.
@@ -19,7 +20,6 @@ from timm.models.hiera import Hiera, checkpoint_filter_fn
 from torch import nn
 
 from dociq.io.checkpoint import model_state_dict, read_checkpoint
-from dociq.models.sizes import part_config
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +61,6 @@ class ImageEncoder(nn.Module):
         self.num_units = math.prod(self.unit_grid)
         self.stage_dims: list[int] = [int(f["num_chs"]) for f in h.feature_info]
         self.embed_dim = int(h.num_features)
-
-    @classmethod
-    def from_size(cls, size: str, img_size: int | None = None, checkpoint_path: str | Path | None = None,
-                  **overrides: Any) -> "ImageEncoder":
-        # Named sizes: Hiera constructor arguments in dociq.models.sizes; overrides replace single fields.
-        kwargs = {**part_config(size, "image_encoder"), **overrides}
-        if img_size is not None:
-            kwargs["img_size"] = img_size
-        encoder = cls(**kwargs)
-        if checkpoint_path is not None:
-            encoder.load_checkpoint(checkpoint_path)
-        return encoder
 
     def _check_image(self, image: torch.Tensor) -> None:
         if image.dim() != 4 or image.shape[1] != 3 or tuple(image.shape[2:]) != self.image_size:

@@ -9,7 +9,7 @@ Reused by D-JEPA pretraining, where the context tokens are fused image-text toke
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from timm.layers import trunc_normal_
@@ -17,7 +17,6 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from dociq.models.pos_embed import sincos_2d
-from dociq.models.sizes import part_config
 
 
 class JEPAPredictor(nn.Module):
@@ -46,14 +45,6 @@ class JEPAPredictor(nn.Module):
         for i, block in enumerate(self.blocks, start=1):
             block.attn.proj.weight.data.div_(math.sqrt(2.0 * i))
             block.mlp.fc2.weight.data.div_(math.sqrt(2.0 * i))
-
-    @classmethod
-    def from_size(cls, size: str, in_dim: int, **overrides: Any) -> "JEPAPredictor":
-        kwargs = {**part_config(size, "predictor"), **overrides}   # sizes: dociq.models.sizes
-        try:
-            return cls(in_dim=in_dim, **kwargs)
-        except TypeError as err:
-            raise ValueError(f"bad model.predictor override in {sorted(overrides)}: {err}") from err
 
     def forward(self, ctx_tokens: torch.Tensor, ctx_idx: torch.Tensor, tgt_idx: torch.Tensor,
                 grid: Sequence[int]) -> torch.Tensor:

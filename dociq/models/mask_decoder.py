@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 from torch import Tensor, nn
 
 from dociq.io.checkpoint import load_state_dict_like, strip_prefix
-from dociq.models.common import MLP, LayerNorm2d, resolve_size
+from dociq.models.common import MLP, LayerNorm2d
 from dociq.models.two_way_transformer import TwoWayTransformer
 
 
@@ -101,11 +101,6 @@ class MaskDecoder(nn.Module):
             transformer_dim, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth,
             sigmoid_output=iou_prediction_use_sigmoid,
         )
-
-    @classmethod
-    def from_size(cls, size: str, **overrides: Any) -> "MaskDecoder":
-        """Build a named size (dociq.models.sizes) with keyword overrides, e.g. use_high_res_features=True."""
-        return cls(**resolve_size("MaskDecoder", "mask_decoder", size, overrides, cls))
 
     def forward(
         self,
@@ -221,11 +216,6 @@ class MaskDecoder(nn.Module):
         return torch.repeat_interleave(x, n // b, dim=0)
 
 
-def build_mask_decoder(size: str, **overrides: Any) -> MaskDecoder:
-    """Function form of `MaskDecoder.from_size`, for Hydra `_target_`s."""
-    return MaskDecoder.from_size(size, **overrides)
-
-
 # --- loading segment-anything / SAM 2 decoder weights ------------------------------------------
 
 # (pattern, replacement) applied in order to each SAM key (after the module prefix is stripped).
@@ -284,7 +274,7 @@ def load_sam_decoder_state_dict(
     if bad_shapes:
         raise ValueError(
             "load_sam_decoder_state_dict: shape mismatch (build the decoder with the checkpoint's size, "
-            "e.g. MaskDecoder.from_size('base')): " + "; ".join(bad_shapes)
+            "e.g. the mask_decoder of configs/model/base.yaml): " + "; ".join(bad_shapes)
         )
     result = decoder.load_state_dict(mapped, strict=False)
     if strict and (result.missing_keys or result.unexpected_keys):

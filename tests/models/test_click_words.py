@@ -8,9 +8,12 @@ from dociq.data.collate import DocumentCollator
 from dociq.models.grounding import WordGrounding, clicked_words
 from dociq.models.prompt_encoder import BOX_TOP_LEFT, NEGATIVE_POINT, POSITIVE_POINT
 from dociq.models.segmenter import PageEmbedding, SegmentationModel
+from dociq.models.sizes import complete_model_config
 
-MODEL = {"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1},
-         "click_maps": True, "grounding": {"click_words": True}}
+# model=tiny on 128-px pages with clicked words alone (no text blocks, box words or word classes)
+MODEL = complete_model_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                               "fusion": {"depth": 1}, "word_classes": False,
+                               "grounding": {"click_words": True, "text_blocks": False, "box_words": False}})
 
 
 def _pixel(layout_x: float, layout_y: float, size: int = 256) -> list[float]:
@@ -47,7 +50,8 @@ def _line_page():
 
 def test_a_click_alone_gets_word_maps_and_reaches_its_line_and_column():
     torch.manual_seed(0)
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, click_words=True).eval()
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, click_words=True, text_blocks=False,
+                      box_words=False).eval()
     text, boxes, mask, word_index = _line_page()
     question = torch.randn(1, 9, 32)
     match, word_pos = torch.zeros(1, 1, 6, dtype=torch.uint8), torch.full((1, 1), -1)
@@ -65,7 +69,7 @@ def test_a_click_alone_gets_word_maps_and_reaches_its_line_and_column():
 
 
 def test_grounding_built_without_click_words_refuses_clicks_and_has_no_click_parameters():
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, click_words=False, text_blocks=False, box_words=False)
     assert not any("click" in name for name, _ in g.named_parameters())
     text, boxes, mask, word_index = _line_page()
     with pytest.raises(ValueError, match="click_words=False"):
@@ -100,10 +104,10 @@ def test_the_model_grounds_clicks_and_a_dropped_question_leaves_no_trace():
     torch.testing.assert_close(dropped.dense, clean.dense)
 
 
-def test_a_config_without_click_words_builds_the_grounding_of_older_checkpoints():
-    older = SegmentationModel.from_config({k: v for k, v in MODEL.items() if k != "grounding"})
-    assert not older.grounding.click_words
-    assert not any(".click_" in k for k in older.state_dict())
+def test_click_words_off_builds_no_click_parameters():
+    off = SegmentationModel.from_config(MODEL | {"grounding": MODEL["grounding"] | {"click_words": False}})
+    assert not off.grounding.click_words
+    assert not any(".click_" in k for k in off.state_dict())
     newer = SegmentationModel.from_config(MODEL)
     assert {k for k in newer.state_dict() if ".click_" in k} == {
         "grounding.click_embed", "grounding.click_row", "grounding.click_column"}

@@ -11,8 +11,7 @@ IMAGE_DIM, TEXT_DIM = 24, 20
 @pytest.fixture()
 def trunk():
     torch.manual_seed(0)
-    return FusionTrunk.from_size("tiny", image_dim=IMAGE_DIM, text_dim=TEXT_DIM, dim=32, depth=2,
-                                 num_heads=4).eval()
+    return FusionTrunk(image_dim=IMAGE_DIM, text_dim=TEXT_DIM, dim=32, depth=2, num_heads=4).eval()
 
 
 def _inputs(B=2, T=7):
@@ -104,7 +103,7 @@ def test_masked_slot_learns_from_the_text_at_its_position(trunk):
 
 
 def test_gradients_reach_mask_token_and_both_inputs():
-    trunk = FusionTrunk.from_size("tiny", image_dim=IMAGE_DIM, text_dim=TEXT_DIM, dim=32, depth=1)
+    trunk = FusionTrunk(image_dim=IMAGE_DIM, text_dim=TEXT_DIM, dim=32, depth=1)
     img, txt, boxes, mask = _inputs()
     img.requires_grad_(True)
     txt.requires_grad_(True)
@@ -117,12 +116,15 @@ def test_gradients_reach_mask_token_and_both_inputs():
 
 
 def test_bad_config_names_the_key():
-    with pytest.raises(KeyError, match="model.fusion.*widht"):
-        FusionTrunk.from_size("tiny", image_dim=8, text_dim=8, widht=3)
-    with pytest.raises(KeyError, match="unknown fusion size 'huge'"):
-        FusionTrunk.from_size("huge", image_dim=8, text_dim=8)
+    from dociq.models.common import build_part
+    from dociq.models.sizes import ModelConfigError
+
+    with pytest.raises(ModelConfigError, match=r"unknown model.fusion key\(s\) \['widht'\].*use .*depth, dim"):
+        build_part(FusionTrunk, "fusion", {"fusion": {"widht": 3}}, image_dim=8, text_dim=8)
+    with pytest.raises(ModelConfigError, match="model.fusion.text_dim is set, but it follows"):
+        build_part(FusionTrunk, "fusion", {"fusion": {"text_dim": 3}}, image_dim=8, text_dim=8)
     with pytest.raises(ValueError, match="num_heads"):
-        FusionTrunk.from_size("tiny", image_dim=8, text_dim=8, dim=30, num_heads=4)
+        FusionTrunk(image_dim=8, text_dim=8, dim=30, num_heads=4)
 
 
 def test_wrong_dense_token_count_is_explained(trunk):
@@ -135,10 +137,11 @@ def test_document_model_dense_encode_matches_multiscale_path():
     """`encode(multiscale=True)` (finetune) gives the same fused tokens as the plain dense path,
     plus the four stage maps; with keep_idx the image output is still the whole grid."""
     from dociq.models.document_model import DocumentModel
+    from dociq.models.sizes import complete_model_config
 
     torch.manual_seed(0)
-    model = DocumentModel.from_config(dict(size="tiny", image_size=64, image_encoder={},
-                                           text_encoder={}, fusion={"depth": 1})).eval()
+    model = DocumentModel.from_config(complete_model_config(dict(size="tiny", image_size=64,
+                                                                 fusion={"depth": 1}))).eval()
     B, T = 2, 5
     batch = {"image": torch.randn(B, 3, 64, 64), "ocr_ids": torch.randint(1000, 2000, (B, T)),
              "ocr_boxes": torch.tensor([[0, 0, 500, 500]]).repeat(B, T, 1),

@@ -5,7 +5,11 @@ import torch
 from dociq.data.lexical import CASEFOLD, EXACT
 from dociq.models.grounding import (WordGrounding, block_extents, box_coverage, first_subtokens, rasterise,
                                     sparse_box_coverage)
+from dociq.models.sizes import complete_model_config
 from dociq.training.tasks.finetune import word_relevance_loss
+
+# model=tiny on 128-px pages with one text and one fusion layer
+SMALL = {"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}}
 
 
 def test_box_coverage_is_the_covered_fraction_of_each_cell():
@@ -63,7 +67,7 @@ def test_a_kept_sparse_page_layout_grounds_as_the_dense_one():
     question = torch.randn(2, 9, 32)
     match, word_pos = torch.zeros(2, 1, 6, dtype=torch.uint8), torch.zeros(2, 1, dtype=torch.long)
     match[0, 0, 1] = match[1, 0, 4] = EXACT
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True, click_words=False, box_words=False)
     args = (text, boxes, mask, word_index, question, match, word_pos, torch.ones(2, dtype=torch.bool), (4, 4))
     dense = g(*args, block_index=block_index)
     layout = g.page_layout(boxes, mask, word_index, (4, 4), block_index, block_extents(boxes, block_index), sparse=True)
@@ -92,7 +96,7 @@ def _inputs(n_pages=2, q=2, t=6, text_dim=16, dim=32, j=3, length=8):
 
 
 def test_outputs_have_the_decoder_shapes_and_no_question_means_no_map():
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, click_words=False, text_blocks=False, box_words=False)
     text, boxes, mask, word_index, question, match, word_pos = _inputs()
     has_q = torch.tensor([True, False, True, True])
     out = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4))
@@ -106,7 +110,8 @@ def test_outputs_have_the_decoder_shapes_and_no_question_means_no_map():
 
 def test_a_matched_word_changes_its_own_relevance_and_knows_which_question_word():
     # no mixing between tokens (no blocks, no line/column alignment): the effect stays on the token
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False, click_words=False,
+                      text_blocks=False, box_words=False)
     text, boxes, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=1)
     has_q = torch.ones(1, dtype=torch.bool)
     base = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (4, 4)).relevance
@@ -127,7 +132,7 @@ def test_a_matched_word_changes_its_own_relevance_and_knows_which_question_word(
 
 
 def test_word_loss_labels_words_inside_the_target_and_trains_relevance():
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, click_words=False, text_blocks=False, box_words=False)
     text, boxes, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=2)
     has_q = torch.ones(2, dtype=torch.bool)
     targets = torch.zeros(2, 64, 64)
@@ -169,8 +174,7 @@ def test_a_box_prompt_reaches_the_decoder_through_the_maps():
     from dociq.models.segmenter import SegmentationModel
 
     torch.manual_seed(0)
-    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
-                                           "fusion": {"depth": 1}}).eval()
+    model = SegmentationModel.from_config(complete_model_config({**SMALL, "click_maps": False})).eval()
     emb = torch.randn(1, 64, 8, 8)
     high = [torch.randn(1, model.image_encoder.stage_dims[0], 32, 32),
             torch.randn(1, model.image_encoder.stage_dims[1], 16, 16)]
@@ -209,8 +213,7 @@ def test_a_click_reaches_the_decoder_through_the_click_maps():
     from dociq.models.segmenter import SegmentationModel
 
     torch.manual_seed(0)
-    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
-                                           "fusion": {"depth": 1}, "click_maps": True}).eval()
+    model = SegmentationModel.from_config(complete_model_config(SMALL)).eval()
     emb = torch.randn(1, 64, 8, 8)
     high = [torch.randn(1, model.image_encoder.stage_dims[0], 32, 32),
             torch.randn(1, model.image_encoder.stage_dims[1], 16, 16)]
@@ -223,11 +226,10 @@ def test_a_click_reaches_the_decoder_through_the_click_maps():
     assert not torch.allclose(with_maps, without)
 
 
-def test_a_config_without_click_maps_builds_none_so_older_checkpoints_load():
+def test_click_maps_off_builds_none():
     from dociq.models.segmenter import SegmentationModel
 
-    model = SegmentationModel.from_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
-                                           "fusion": {"depth": 1}})
+    model = SegmentationModel.from_config(complete_model_config({**SMALL, "click_maps": False}))
     assert model.click_maps is None and not any(k.startswith("click_maps.") for k in model.state_dict())
 
 
@@ -244,7 +246,8 @@ def test_row_and_column_overlap():
 
 
 def test_alignment_tells_a_cell_which_matched_words_share_its_row_and_column():
-    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0)
+    g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, click_words=False, text_blocks=False,
+                      box_words=False)
     text, _, mask, word_index, question, match, word_pos = _inputs(n_pages=1, q=1, t=4)
     # a 2x2 table: header "price" (token 0) above the answer (token 3); row key (token 2) left of it
     boxes = torch.tensor([[[500, 100, 600, 120], [100, 100, 200, 120], [100, 300, 200, 320], [500, 300, 600, 320]]])
@@ -329,7 +332,7 @@ def test_a_click_reaches_the_rest_of_its_block_and_nothing_else():
     clicked[0, 0, 1] = 1                                            # a positive click on token 1
     for text_blocks in (True, False):
         g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, depth=0, alignment=False,
-                          click_words=True, text_blocks=text_blocks)
+                          click_words=True, text_blocks=text_blocks, box_words=False)
         args = (text, boxes, mask, word_index, question, match, word_pos, torch.zeros(1, dtype=torch.bool), (4, 4))
         kwargs = {"block_index": block_index}
         with_click = g(*args, clicked=clicked, **kwargs).relevance
@@ -351,11 +354,12 @@ def test_blocks_are_painted_over_the_space_between_their_lines():
     match[0, 0, 1] = EXACT
     has_q = torch.ones(1, dtype=torch.bool)
     for text_blocks, painted in ((True, True), (False, False)):
-        g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=text_blocks)
+        g = WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=text_blocks, click_words=False,
+                          box_words=False)
         out = g(text, boxes, mask, word_index, question, match, word_pos, has_q, (10, 10), block_index=block_index)
         gap = out.dense[0, :, 2:4]                                  # rows 2-3 of 10: between the two lines
         assert bool(gap.abs().sum() > 0) is painted
         assert out.dense[0, :, 6:].abs().sum() == 0                 # below the block: nothing
     with pytest.raises(KeyError, match="ocr_block_index"):
-        WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True)(
+        WordGrounding(text_dim=16, dim=32, high_res_dim=4, text_blocks=True, click_words=False, box_words=False)(
             text, boxes, mask, word_index, question, match, word_pos, has_q, (10, 10))

@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 from timm.models.hiera import Hiera
 
+from dociq.models.document_model import image_encoder_from_config
 from dociq.models.image_encoder import ImageEncoder, load_image_encoder_from_checkpoint
 from dociq.models.pos_embed import sincos_2d
+from dociq.models.sizes import ModelConfigError, complete_model_config, size_config
 
 SMALL = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1))  # keeps the tests fast
 
@@ -15,17 +17,19 @@ SMALL = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1))  # keeps the tests 
 @pytest.fixture(scope="module")
 def encoder():
     torch.manual_seed(0)
-    return ImageEncoder.from_size("tiny", img_size=128, **SMALL).eval()
+    return ImageEncoder(img_size=128, **SMALL).eval()
 
 
-def test_named_sizes():
-    tiny = ImageEncoder.from_size("tiny")
+def test_sizes_and_model_config_keys():
+    tiny = image_encoder_from_config(size_config("tiny"))
     assert tiny.image_size == (256, 256) and tiny.unit_grid == (8, 8) and tiny.num_units == 64
     assert tiny.stage_dims == [32, 64, 128, 256] and tiny.embed_dim == 256
-    with pytest.raises(KeyError, match="tiny"):
-        ImageEncoder.from_size("huge")
     with pytest.raises(ValueError, match="model.image_encoder"):
-        ImageEncoder.from_size("tiny", depth=3)
+        image_encoder_from_config(complete_model_config({"size": "tiny", "image_encoder": {"depth": 3}}))
+    with pytest.raises(ModelConfigError, match="model.image_encoder.img_size is set, but it follows"):
+        image_encoder_from_config(complete_model_config({"size": "tiny", "image_encoder": {"img_size": 128}}))
+    with pytest.raises(ModelConfigError, match="model.mask_unit_px=16 but the Hiera mask unit is 32 px"):
+        image_encoder_from_config(complete_model_config({"size": "tiny", "mask_unit_px": 16}))
 
 
 def test_dense_sparse_multiscale_shapes(encoder):
@@ -79,7 +83,8 @@ def test_timm_checkpoint_at_another_resolution_is_interpolated(tmp_path, caplog)
     source = _timm_hiera(128, seed=0)
     path = tmp_path / "hiera_128.pth"
     torch.save(source.state_dict(), path)                      # a plain timm state dict, with classifier
-    encoder = ImageEncoder.from_size("tiny", img_size=256, checkpoint_path=path, **SMALL)
+    encoder = ImageEncoder(img_size=256, **SMALL)
+    encoder.load_checkpoint(path)
     pos = encoder.hiera.pos_embed                              # [1, 64*64, 16] from [1, 32*32, 16]
     assert pos.shape == (1, 64 * 64, 16)
     # upsampled table averaged back to the source grid ~ the source table
@@ -99,7 +104,8 @@ def test_original_hiera_key_names_and_nested_state(tmp_path):
              for k, v in source.state_dict().items()}           # facebookresearch/hiera names
     path = tmp_path / "orig.pth"
     torch.save({"model_state": state}, path)
-    encoder = ImageEncoder.from_size("tiny", img_size=128, checkpoint_path=path, **SMALL)
+    encoder = ImageEncoder(img_size=128, **SMALL)
+    encoder.load_checkpoint(path)
     torch.testing.assert_close(encoder.hiera.head.norm.weight, source.head.norm.weight)
 
 
@@ -109,7 +115,7 @@ def test_missing_keys_raise_and_unexpected_keys_are_logged(tmp_path, caplog):
     state["extra.weight"] = torch.zeros(3)
     path = tmp_path / "broken.pth"
     torch.save(state, path)
-    encoder = ImageEncoder.from_size("tiny", img_size=128, **SMALL)
+    encoder = ImageEncoder(img_size=128, **SMALL)
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     with pytest.raises(KeyError, match=r"broken\.pth.*blocks\.1\.mlp\.fc1\.weight"):
         encoder.load_checkpoint(path)
@@ -120,13 +126,13 @@ def test_missing_keys_raise_and_unexpected_keys_are_logged(tmp_path, caplog):
         encoder.load_checkpoint(path)
     assert "extra.weight" in caplog.text
     with pytest.raises(ValueError, match="shapes differ"):
-        ImageEncoder.from_size("tiny", img_size=128, embed_dim=24, num_heads=1, stages=(1, 1, 1, 1)).load_checkpoint(path)
+        ImageEncoder(img_size=128, embed_dim=24, num_heads=1, stages=(1, 1, 1, 1)).load_checkpoint(path)
     with pytest.raises(FileNotFoundError, match="init.image_encoder"):
         encoder.load_checkpoint(tmp_path / "nope.ckpt")
 
 
 def test_encoder_from_lightning_checkpoints_of_any_stage(tmp_path):
-    encoder = ImageEncoder.from_size("tiny", img_size=128, **SMALL)
+    encoder = ImageEncoder(img_size=128, **SMALL)
     weights = encoder.state_dict()
     for prefix in ("image_encoder.", "model.image_encoder."):
         state = {prefix + k: v for k, v in weights.items()}
@@ -143,7 +149,7 @@ def test_encoder_from_lightning_checkpoints_of_any_stage(tmp_path):
 
 @pytest.mark.slow
 def test_base_is_hiera_b_plus_at_1024():
-    encoder = ImageEncoder.from_size("base").eval()
+    encoder = image_encoder_from_config(size_config("base")).eval()
     assert encoder.image_size == (1024, 1024) and encoder.unit_grid == (32, 32)
     assert encoder.stage_dims == [112, 224, 448, 896] and encoder.embed_dim == 896
     assert [len([b for b in encoder.hiera.blocks if b.dim_out == d]) for d in encoder.stage_dims] == [2, 3, 16, 3]
@@ -159,11 +165,11 @@ def test_model_checkpoint_starts_a_run_at_another_image_size():
     from dociq.training.tasks.init_weights import load_part
 
     torch.manual_seed(0)
-    small = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=128, **SMALL),
+    small = nn.ModuleDict({"image_encoder": ImageEncoder(img_size=128, **SMALL),
                            "head": nn.Linear(4, 2)})
     grid = 128 // 4
     small["image_encoder"].hiera.pos_embed.data = sincos_2d(grid, grid, 16)[None] * 0.1
-    large = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=256, **SMALL),
+    large = nn.ModuleDict({"image_encoder": ImageEncoder(img_size=256, **SMALL),
                            "head": nn.Linear(4, 2)})
     report = load_part(large, small.state_dict(), "model", "small.ckpt")
     assert report == {"missing": [], "unexpected": []}
@@ -172,7 +178,6 @@ def test_model_checkpoint_starts_a_run_at_another_image_size():
     assert (back - small["image_encoder"].hiera.pos_embed).abs().max() < 0.01
     torch.testing.assert_close(large["head"].weight, small["head"].weight)
     # another width is still an error that names the fix
-    wide = nn.ModuleDict({"image_encoder": ImageEncoder.from_size("tiny", img_size=256, embed_dim=24, num_heads=1,
-                                                                  stages=(1, 1, 1, 1))})
+    wide = nn.ModuleDict({"image_encoder": ImageEncoder(img_size=256, embed_dim=24, num_heads=1, stages=(1, 1, 1, 1))})
     with pytest.raises(ValueError, match="another model size"):
         load_part(wide, small.state_dict(), "model", "small.ckpt")

@@ -2,6 +2,7 @@
 import torch
 
 from dociq.models.fusion import FusionAttention, FusionTrunk, windowed_self_attention
+from dociq.models.sizes import size_config
 from dociq.models.text_encoder import TextEncoder
 
 
@@ -33,7 +34,10 @@ def test_windowed_attention_is_attention_within_each_window():
 
 def test_text_encoder_reads_past_its_position_table_in_windows():
     torch.manual_seed(0)
-    enc = TextEncoder.from_size("tiny", num_hidden_layers=1, max_position_embeddings=16).eval()
+    # relative_height off: a window alone would see another median token height than the whole page
+    tiny = size_config("tiny")["text_encoder"]
+    enc = TextEncoder.build(**{**tiny, "num_hidden_layers": 1, "max_position_embeddings": 16,
+                               "relative_height": False}).eval()
     t = 40
     ids = torch.randint(1000, 5000, (2, t))
     boxes = _boxes(2, t)

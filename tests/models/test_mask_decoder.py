@@ -4,12 +4,12 @@ import torch
 from segment_anything.modeling import MaskDecoder as SamMaskDecoder
 from segment_anything.modeling import TwoWayTransformer as SamTwoWayTransformer
 
-from dociq.models.mask_decoder import (
-    MaskDecoder,
-    build_mask_decoder,
-    load_sam_decoder_state_dict,
-)
-from dociq.models.sizes import part_config
+from dociq.models.common import build_part
+from dociq.models.mask_decoder import MaskDecoder, load_sam_decoder_state_dict
+from dociq.models.sizes import ModelConfigError, size_config
+
+TINY = size_config("tiny")["mask_decoder"]
+BASE = size_config("base")["mask_decoder"]
 
 
 def _sam_decoder(dim, heads, mlp_dim, iou_hidden, seed=0):
@@ -38,9 +38,9 @@ def _inputs(dim, n_prompts, h=8, w=8, n_images=1, n_sparse=5, seed=1):
 
 @pytest.mark.parametrize("multimask_output", [True, False])
 def test_parity_with_segment_anything_tiny(multimask_output):
-    cfg = part_config("tiny", "mask_decoder")
+    cfg = TINY
     sam = _sam_decoder(cfg["transformer_dim"], cfg["num_heads"], cfg["mlp_dim"], cfg["iou_head_hidden_dim"])
-    ours = MaskDecoder.from_size("tiny").eval()
+    ours = MaskDecoder(**TINY).eval()
     load_sam_decoder_state_dict(ours, sam.state_dict())
     x = _inputs(cfg["transformer_dim"], n_prompts=3)
     with torch.no_grad():
@@ -57,7 +57,7 @@ def test_parity_with_segment_anything_tiny(multimask_output):
 def test_base_size_is_sams_decoder(multimask_output):
     """`base` takes a real SAM decoder state dict strictly and reproduces it (256-d, 8 heads, MLP 2048)."""
     sam = _sam_decoder(256, 8, 2048, 256, seed=3)
-    ours = build_mask_decoder("base").eval()
+    ours = MaskDecoder(**BASE).eval()
     load_sam_decoder_state_dict(ours, {f"mask_decoder.{k}": v for k, v in sam.state_dict().items()})
     x = _inputs(256, n_prompts=2, h=4, w=4)
     with torch.no_grad():
@@ -70,7 +70,7 @@ def test_base_size_is_sams_decoder(multimask_output):
 def test_prompts_of_several_images_are_matched_image_major():
     """Per-image embeddings [B] with B*Q prompts equal running each image's prompts separately."""
     torch.manual_seed(0)
-    dec = MaskDecoder.from_size("tiny").eval()
+    dec = MaskDecoder(**TINY).eval()
     x = _inputs(64, n_prompts=4, n_images=2)
     with torch.no_grad():
         masks, iou = dec(**x, multimask_output=True)
@@ -88,7 +88,7 @@ def test_prompts_of_several_images_are_matched_image_major():
 
 
 def test_prompt_count_not_multiple_of_images_is_rejected():
-    dec = MaskDecoder.from_size("tiny")
+    dec = MaskDecoder(**TINY)
     x = _inputs(64, n_prompts=3, n_images=2)
     with pytest.raises(ValueError, match="multiple of the image count"):
         dec(**x, multimask_output=True)
@@ -96,7 +96,7 @@ def test_prompt_count_not_multiple_of_images_is_rejected():
 
 def test_high_res_skips_take_raw_backbone_features():
     torch.manual_seed(0)
-    dec = MaskDecoder.from_size("tiny", use_high_res_features=True, high_res_channels=(24, 48))
+    dec = MaskDecoder(**TINY, use_high_res_features=True, high_res_channels=(24, 48))
     x = _inputs(64, n_prompts=4, n_images=2)
     feats = [torch.randn(2, 24, 32, 32), torch.randn(2, 48, 16, 16)]
     masks, iou = dec(**x, multimask_output=True, high_res_features=feats)
@@ -110,38 +110,40 @@ def test_high_res_skips_take_raw_backbone_features():
 
 
 def test_high_res_errors_name_the_fix():
-    dec = MaskDecoder.from_size("tiny", use_high_res_features=True, high_res_channels=(24, 48))
+    dec = MaskDecoder(**TINY, use_high_res_features=True, high_res_channels=(24, 48))
     x = _inputs(64, n_prompts=2)
     with pytest.raises(ValueError, match=r"stride-8: expected \[\*, 48, 16, 16\]"):
         dec(**x, multimask_output=True, high_res_features=[torch.randn(1, 24, 32, 32), torch.randn(1, 32, 16, 16)])
     with pytest.raises(ValueError, match="needs high_res_features"):
         dec(**x, multimask_output=True)
-    plain = MaskDecoder.from_size("tiny")
+    plain = MaskDecoder(**TINY)
     with pytest.raises(ValueError, match="use_high_res_features=True"):
         plain(**x, multimask_output=True, high_res_features=[torch.randn(1, 64, 32, 32), torch.randn(1, 64, 16, 16)])
     with pytest.raises(ValueError, match="project the image tokens"):
         plain(**dict(x, image_embeddings=torch.randn(1, 32, 8, 8)), multimask_output=True)
 
 
-def test_named_sizes_and_overrides():
-    tiny = MaskDecoder.from_size("tiny")
-    assert 64 <= tiny.transformer_dim <= 128
-    assert MaskDecoder.from_size("base").transformer_dim == 256
-    assert MaskDecoder.from_size("tiny", num_multimask_outputs=2).mask_tokens.weight.shape[0] == 3
-    with pytest.raises(KeyError, match="choose one of"):
-        MaskDecoder.from_size("huge")
-    with pytest.raises(TypeError, match="transformer_width"):
-        MaskDecoder.from_size("tiny", transformer_width=32)
+def test_sizes_and_model_config_keys():
+    assert 64 <= MaskDecoder(**TINY).transformer_dim <= 128
+    assert MaskDecoder(**BASE).transformer_dim == 256
+    model = {"mask_decoder": dict(TINY, num_multimask_outputs=2)}
+    assert build_part(MaskDecoder, "mask_decoder", model).mask_tokens.weight.shape[0] == 3
+    with pytest.raises(ModelConfigError, match=r"unknown model.mask_decoder key\(s\) \['transformer_width'\].*"
+                                               r"Fix: use .*transformer_dim"):
+        build_part(MaskDecoder, "mask_decoder", {"mask_decoder": dict(TINY, transformer_width=32)})
+    with pytest.raises(ModelConfigError, match="model.mask_decoder.use_high_res_features is set, but it follows"):
+        build_part(MaskDecoder, "mask_decoder", {"mask_decoder": dict(TINY, use_high_res_features=False)},
+                   use_high_res_features=True)
 
 
 def test_loading_sam_checkpoint_file_and_strictness(tmp_path):
-    cfg = part_config("tiny", "mask_decoder")
+    cfg = TINY
     sam = _sam_decoder(cfg["transformer_dim"], cfg["num_heads"], cfg["mlp_dim"], cfg["iou_head_hidden_dim"])
     full = {f"mask_decoder.{k}": v for k, v in sam.state_dict().items()}
     full["image_encoder.patch_embed.proj.weight"] = torch.zeros(1)
     path = tmp_path / "sam_tiny.pth"
     torch.save(full, path)
-    dec = MaskDecoder.from_size("tiny")
+    dec = MaskDecoder(**TINY)
     load_sam_decoder_state_dict(dec, path)
     torch.testing.assert_close(dec.iou_head.layers[0].weight, sam.iou_prediction_head.layers[0].weight)
 
@@ -151,4 +153,4 @@ def test_loading_sam_checkpoint_file_and_strictness(tmp_path):
     with pytest.raises(KeyError, match="obj_score_token"):
         load_sam_decoder_state_dict(dec, extra)
     with pytest.raises(ValueError, match="shape mismatch"):
-        load_sam_decoder_state_dict(MaskDecoder.from_size("base"), sam.state_dict())
+        load_sam_decoder_state_dict(MaskDecoder(**BASE), sam.state_dict())

@@ -5,16 +5,17 @@ import torch
 from open_clip.model import CLIP
 from segment_anything.modeling import PromptEncoder as SamPromptEncoder
 
+from dociq.models.common import build_part
 from dociq.models.prompt_encoder import (
     QUESTION_TOWER_CONFIGS,
     PromptEncoder,
     QuestionEncoder,
-    build_prompt_encoder,
     load_sam_prompt_encoder_state_dict,
 )
-from dociq.models.sizes import part_config
+from dociq.models.sizes import ModelConfigError, size_config
 
-TINY = part_config("tiny", "prompt_encoder")
+# model=tiny's prompt encoder with the grids SegmentationModel derives for its 256-px page
+TINY = dict(size_config("tiny")["prompt_encoder"], image_embedding_size=(16, 16), input_image_size=(256, 256))
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def sam_and_ours():
     with torch.no_grad():  # randomise everything so a wrong key mapping shows
         for p in sam.parameters():
             p.normal_(0.0, 0.5)
-    ours = PromptEncoder.from_size("tiny").eval()
+    ours = PromptEncoder(**TINY).eval()
     load_sam_prompt_encoder_state_dict(ours, {f"prompt_encoder.{k}": v for k, v in sam.state_dict().items()})
     return sam, ours
 
@@ -148,7 +149,7 @@ def test_longer_context_checkpoint_is_truncated_exactly(tmp_path):
     clip77 = _tiny_clip(77)
     path = tmp_path / "clip77.pt"
     torch.save(clip77.state_dict(), path)
-    enc = PromptEncoder.from_size("tiny", question_checkpoint=str(path)).question_encoder.eval()
+    enc = PromptEncoder(**TINY, question_checkpoint=str(path)).question_encoder.eval()
     texts = ["which cell holds the amount due?"]
     with torch.no_grad():
         ours, _ = enc.encode_text(open_clip.tokenize(texts, context_length=32))
@@ -183,14 +184,18 @@ def test_bad_prompt_inputs_raise_clear_errors(sam_and_ours):
     with pytest.raises(ValueError, match="context_length 32"):
         enc(question_ids=torch.ones(3, 40, dtype=torch.long))
     with pytest.raises(ValueError, match="built without a question tower"):
-        PromptEncoder.from_size("tiny", question_model=None)(question_ids=torch.ones(1, 8, dtype=torch.long))
+        PromptEncoder(**{**TINY, "question_model": None})(question_ids=torch.ones(1, 8, dtype=torch.long))
 
 
-def test_named_sizes():
-    base = build_prompt_encoder("base", question_model=None)
-    assert base.embed_dim == 256 and base.image_embedding_size == (64, 64) and base.mask_input_size == (256, 256)
-    assert part_config("base", "prompt_encoder")["question_model"] == "ViT-B-16"
-    with pytest.raises(KeyError, match="choose one of"):
-        PromptEncoder.from_size("large")
-    with pytest.raises(TypeError, match="question_tower"):
-        PromptEncoder.from_size("tiny", question_tower="tiny")
+def test_sizes_and_model_config_keys():
+    base = build_part(PromptEncoder, "prompt_encoder", size_config("base"), image_embedding_size=(64, 64),
+                      input_image_size=(1024, 1024))
+    assert base.embed_dim == 256 and base.mask_input_size == (256, 256)
+    assert size_config("base")["prompt_encoder"]["question_model"] == "ViT-B-16"
+    with pytest.raises(ModelConfigError, match="unknown model size 'large'.*choose one of"):
+        size_config("large")
+    with pytest.raises(ModelConfigError, match=r"unknown model.prompt_encoder key\(s\) \['question_tower'\]"):
+        build_part(PromptEncoder, "prompt_encoder", {"prompt_encoder": {"question_tower": "tiny"}})
+    with pytest.raises(ModelConfigError, match="prompt_encoder.input_image_size is set, but it follows"):
+        build_part(PromptEncoder, "prompt_encoder", {"prompt_encoder": {"input_image_size": [64, 64]}},
+                   image_embedding_size=(4, 4), input_image_size=(64, 64))

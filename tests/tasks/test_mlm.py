@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from dociq.data.collate import DocumentCollator
 from dociq.data.masking import MLMMasking
 from dociq.data.schema import Page
+from dociq.models.sizes import complete_model_config
 from dociq.models.text_encoder import MLMHead
 from dociq.training.tasks.mlm import MLMTask, mlm_loss
 
@@ -55,7 +56,7 @@ def test_loss_is_cross_entropy_on_masked_positions_only():
 
 def test_mlm_loss_falls_and_accuracy_is_reported():
     torch.manual_seed(0)
-    task = MLMTask({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}})
+    task = MLMTask(complete_model_config({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}))
     assert task.mlm_head.decoder.weight is task.text_encoder.word_embeddings.weight
     batch = mlm_batch(make_pages())
     optimizer = torch.optim.AdamW(task.parameters(), lr=2e-3)
@@ -71,7 +72,7 @@ def test_mlm_loss_falls_and_accuracy_is_reported():
 
 
 def test_missing_mlm_keys_name_the_config():
-    task = MLMTask({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}})
+    task = MLMTask(complete_model_config({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}))
     batch = DocumentCollator(image_size=128)(make_pages(2))
     with pytest.raises(KeyError, match="data.text_masking"):
         task(batch)
@@ -82,7 +83,7 @@ def test_stage_config_builds_the_task_and_masking():
 
     from dociq.training.config import compose
 
-    cfg = compose(["stage=mlm", "+model.text_encoder.num_hidden_layers=1"], return_hydra_config=False)
+    cfg = compose(["stage=mlm", "model.text_encoder.num_hidden_layers=1"], return_hydra_config=False)
     assert cfg.stage.name == "mlm" and cfg.stage.monitor == "val/loss"
     masking = instantiate(cfg.data.text_masking)
     assert isinstance(masking, MLMMasking) and masking.prob == 0.15
@@ -93,10 +94,10 @@ def test_stage_config_builds_the_task_and_masking():
 
 def test_init_from_an_earlier_checkpoint(tmp_path):
     torch.manual_seed(3)
-    first = MLMTask({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}})
+    first = MLMTask(complete_model_config({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}))
     path = tmp_path / "mlm.ckpt"
     torch.save({"state_dict": first.state_dict()}, path)
-    second = MLMTask({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}},
+    second = MLMTask(complete_model_config({"size": "tiny", "text_encoder": {"num_hidden_layers": 1}}),
                      init={"text_encoder": str(path)})
     for name, tensor in first.text_encoder.state_dict().items():
         assert torch.equal(tensor, second.text_encoder.state_dict()[name]), name

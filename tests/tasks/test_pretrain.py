@@ -9,11 +9,11 @@ from dociq.data.collate import DocumentCollator
 from dociq.data.masking import MLMMasking, MultiBlockMasking
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import OcrTokenizer
+from dociq.models.sizes import complete_model_config
 from dociq.training.tasks.pretrain import PretrainTask
 
 # Small enough for a few optimizer steps in seconds: 128 px pages = a 4x4 grid of mask units.
-MODEL = dict(size="tiny", image_size=128, mask_unit_px=32, image_encoder={}, text_encoder={},
-             fusion={"depth": 1}, predictor={"depth": 1})
+MODEL = complete_model_config(dict(size="tiny", image_size=128, fusion={"depth": 1}, predictor={"depth": 1}))
 
 
 def make_batch(num_pages=2, seed=0):

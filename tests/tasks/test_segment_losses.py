@@ -6,6 +6,7 @@ import torch
 
 from dociq.models.mask_decoder import MaskDecoder
 from dociq.models.prompt_encoder import PromptEncoder
+from dociq.models.sizes import size_config
 from dociq.training.tasks.segment_losses import (
     append_points,
     dice_loss,
@@ -202,8 +203,10 @@ def test_prompt_encoder_and_decoder_learn_box_prompts_with_interactive_rounds():
     """The phase-1 pieces together: box prompt -> masks, SAM loss falls; round 2 feeds back a click
     and the best mask as the mask prompt."""
     torch.manual_seed(0)
-    enc = PromptEncoder.from_size("tiny", question_model=None, input_image_size=(64, 64), image_embedding_size=(4, 4))
-    dec = MaskDecoder.from_size("tiny")
+    tiny = size_config("tiny")
+    enc = PromptEncoder(**{**tiny["prompt_encoder"], "question_model": None}, input_image_size=(64, 64),
+                        image_embedding_size=(4, 4))
+    dec = MaskDecoder(**tiny["mask_decoder"])
     image = torch.randn(2, 64, 4, 4)  # two "images", two prompts each
     boxes = torch.tensor([[0.0, 0, 31, 31], [32, 32, 63, 63], [0, 32, 31, 63], [32, 0, 63, 31]])
     targets = torch.stack([_square(64, 64, int(b[1]), int(b[3]) + 1, int(b[0]), int(b[2]) + 1) for b in boxes])

@@ -41,7 +41,8 @@ from torch import nn
 
 from dociq.data.masking import MLMMasking
 from dociq.models.teacher import Teacher, adapt_with_mntp, build_tiny_teacher
-from dociq.models.text_encoder import MLMHead, TextEncoder, load_tokenizer
+from dociq.models.document_model import text_encoder_from_config
+from dociq.models.text_encoder import MLMHead, load_tokenizer
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.mlm import IGNORE_INDEX, MLM_BATCH_KEYS, init_text_encoder, mlm_loss, require_keys
 
@@ -122,7 +123,7 @@ class DistillTask(DociqTask):
         self.temperature = float(temperature)
         self.teacher_cfg = teacher_cfg
 
-        self.text_encoder = TextEncoder.from_size(model["size"], **dict(model.get("text_encoder") or {}))
+        self.text_encoder = text_encoder_from_config(model)
         self.mlm_head = MLMHead(self.text_encoder.hidden_size, self.text_encoder.vocab_size)
         self.mlm_head.tie_to(self.text_encoder.word_embeddings)
         init_text_encoder(self.text_encoder, init)

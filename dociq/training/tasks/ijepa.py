@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from dociq.io.checkpoint import model_state_dict, read_checkpoint
-from dociq.models.image_encoder import ImageEncoder
+from dociq.models.common import build_part
+from dociq.models.document_model import image_encoder_from_config
 from dociq.models.jepa_predictor import JEPAPredictor
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
@@ -79,14 +80,8 @@ class IJEPATask(DociqTask):
         self.loss_fn = LOSSES[loss]
         self.reg = CollapseRegConfig.from_config(reg)
 
-        self.image_encoder = ImageEncoder.from_size(model["size"], img_size=model["image_size"],
-                                                    **dict(model.get("image_encoder") or {}))
-        unit_px = model.get("mask_unit_px")
-        if unit_px is not None and int(unit_px) != self.image_encoder.unit_px:
-            raise ValueError(f"model.mask_unit_px={unit_px} but the Hiera mask unit is "
-                             f"{self.image_encoder.unit_px} px (patch stride x mask_unit_size): make them agree")
-        self.predictor = JEPAPredictor.from_size(model["size"], in_dim=self.image_encoder.embed_dim,
-                                             **dict(model.get("predictor") or {}))
+        self.image_encoder = image_encoder_from_config(model)
+        self.predictor = build_part(JEPAPredictor, "predictor", model, in_dim=self.image_encoder.embed_dim)
         self._load_init(dict(init or {}))
         # Copied after init so that the target starts from the same (maybe pretrained) weights.
         self.target_encoder = make_ema_target(self.image_encoder)

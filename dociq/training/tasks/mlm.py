@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
+from dociq.models.document_model import text_encoder_from_config
 from dociq.models.text_encoder import MLMHead, TextEncoder, load_text_encoder_weights
 from dociq.training.tasks.base import DociqTask
 
@@ -67,7 +68,7 @@ class MLMTask(DociqTask):
                  optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        self.text_encoder = TextEncoder.from_size(model["size"], **dict(model.get("text_encoder") or {}))
+        self.text_encoder = text_encoder_from_config(model)
         self.mlm_head = MLMHead(self.text_encoder.hidden_size, self.text_encoder.vocab_size)
         self.mlm_head.tie_to(self.text_encoder.word_embeddings)
         init_text_encoder(self.text_encoder, init)

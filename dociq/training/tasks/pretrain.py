@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from dociq.io.checkpoint import model_state_dict, read_checkpoint
+from dociq.models.common import build_part
 from dociq.models.document_model import DocumentModel
 from dociq.models.heads import FeatureHead, PixelHead, normalise_units, patchify
 from dociq.models.image_encoder import load_image_encoder_from_checkpoint
@@ -62,9 +63,8 @@ class PretrainTask(DociqTask):
         self.reg = CollapseRegConfig.from_config(reg)
 
         self.model = DocumentModel.from_config(model)
-        size, dim = model["size"], self.model.dim
-        encoder = self.model.image_encoder
-        self.predictor = JEPAPredictor.from_size(size, in_dim=dim, **dict(model.get("predictor") or {}))
+        dim, encoder = self.model.dim, self.model.image_encoder
+        self.predictor = build_part(JEPAPredictor, "predictor", model, in_dim=dim)
         self.feature_head = FeatureHead(dim, encoder.embed_dim)
         grid_h, grid_w = self.model.unit_grid
         unit_px = int(model["image_size"]) // grid_h
