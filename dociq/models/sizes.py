@@ -98,8 +98,11 @@ def complete_model_config(partial: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def missing_model_keys(model: Mapping[str, Any]) -> list[str]:
-    """The keys of the size's file that `model` lacks, dotted within a part ("grounding.box_words")."""
-    reference = size_config(model["size"])
+    """The keys of the size's file that `model` lacks, dotted within a part ("grounding.box_words").
+    Every shipped size has the same keys, so a size defined in a user's own config folder (not
+    shipped, as its checkpoint says) is checked against them."""
+    size = model["size"] if model["size"] in list_sizes() else list_sizes()[0]
+    reference = size_config(size)
     missing = [key for key in reference if key not in model]
     for part, keys in reference.items():
         value = model.get(part)

@@ -130,3 +130,14 @@ def test_builder_overrides_replace_config_keys():
                         fusion={"depth": 1}, grounding=None)
     assert model.image_encoder.image_size == (128, 128) and model.unit_grid == (4, 4)
     assert len(model.fusion.blocks) == 1 and model.grounding is None
+
+
+def test_a_complete_config_of_a_size_the_package_does_not_ship_builds():
+    # a user's own configs/model/mine.yaml: its checkpoint stores the whole shape, no file is needed
+    mine = {**size_config("tiny"), "size": "mine", "image_size": 128, "fusion": {**size_config("tiny")["fusion"], "depth": 1}}
+    check_model_config(mine)
+    model = SegmentationModel.from_config(mine)
+    assert len(model.fusion.blocks) == 1 and model.prompt_encoder.input_image_size == (128, 128)
+    del mine["click_maps"]
+    with pytest.raises(IncompleteModelConfig, match="lacks click_maps"):
+        check_model_config(mine)
