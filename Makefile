@@ -43,8 +43,8 @@ pretrain: $(STAMP)
 # (paths.corpus_dir), so an overridden CORPUS is the one trained on. Pretraining reads 256-px pages; fine-tuning
 # reads FINETUNE_SIZE px (the image encoder's position table is resampled; the synthetic pages
 # stay drawn at 256). 384 px answers every kind of prompt on held-out real pages better than 256
-# in two seeds (docs/finetune.md, "384 px with text blocks"); 1,200 steps take ~40 min at 384 px,
-# ~29 min at FINETUNE_SIZE=256 on 2 CPU cores.
+# in two seeds (docs/experiments.md, 2026-11-26, "384 px with text blocks"); 1,200 steps take
+# ~40 min at 384 px, ~29 min at FINETUNE_SIZE=256 on 2 CPU cores.
 RECIPE_DATA ?= data=corpus_mixed
 FINETUNE_STEPS ?= 1200
 FINETUNE_SIZE ?= 384

@@ -144,7 +144,7 @@ class Predictor:
         cut = int(batch["ocr_truncated"][0])
         if cut and self.use_ocr:
             # Dense real pages exceed the OCR token budget; questions about the words past it
-            # cannot be matched (docs/finetune.md, "Real pages").
+            # cannot be matched (docs/experiments.md, 2026-11-25, "Real pages").
             log.warning("%d of %d OCR words did not fit the model's OCR budget (%d WordPiece tokens) and "
                         "are not seen: questions about them cannot be answered from the text",
                         cut, len(page_words), self.collator.ocr_tokenizer.max_length)

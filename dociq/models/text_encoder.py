@@ -67,7 +67,8 @@ RUNTIME_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_no
 
 # Bin edges of log(token height / the page's median token height). Body text sits at 0; on the
 # corpus's held-out pages section headings sit at +0.17..+0.36, titles at +0.55..+0.69, page
-# numbers and footnotes below 0 (docs/finetune.md): the height in page units alone does not say
+# numbers and footnotes below 0 (docs/experiments.md, 2026-11-26, "Text height relative to the
+# page"): the height in page units alone does not say
 # this, because every page has its own scale.
 RELATIVE_HEIGHT_EDGES = (-0.5, -0.25, -0.1, -0.03, 0.03, 0.1, 0.15, 0.25, 0.4, 0.6, 0.9)
 

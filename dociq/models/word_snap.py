@@ -32,7 +32,8 @@ PART_ON_WORD = 0.5
 TEXT_SHARE = 0.7
 # A text block is completed when at least this share of its words are in the mask. On held-out
 # real pages a quarter beat a half by 4 points on reading questions; a half keeps more of the
-# decoder's own cut on forms and tables (docs/finetune.md, "Masks completed to text blocks").
+# decoder's own cut on forms and tables (docs/experiments.md, 2026-11-26, "Masks completed to text
+# blocks").
 BLOCK_SHARE = 0.25
 # ... and holds at least this many of the block's words, or half of them.
 MIN_HELD = 2
