@@ -215,7 +215,7 @@ def test_clear_errors_for_wrong_folders(exported, tmp_path, no_network_no_pickle
 
     edited = _write_bad(exported, tmp_path, "edited")
     config = json.loads((edited / "config.json").read_text())
-    config["model"]["size"] = "enormous"
+    config["model"]["fusion"]["enormous"] = 1        # no argument of the fusion trunk
     (edited / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"edited: config.json describes a model dociq cannot build .*enormous"):
         DociqSegmenter.from_pretrained(edited)
