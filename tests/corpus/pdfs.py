@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+from pdf_bytes import pdf_from_objects
+
 FONTS = {"regular": "Helvetica", "bold": "Helvetica-Bold", "mono": "Courier"}
 
 
@@ -41,15 +43,7 @@ def write_pdf(pages, width: float = 612, height: float = 792) -> bytes:
         objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
                     f"/Resources << /Font << {resources} >> >> /Contents {first_page + 2 * i + 1} 0 R >>".encode())
         objs.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream")
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for i, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    return bytes(out)
+    return pdf_from_objects(objs)
 
 
 LOREM = ("Document pages carry words whose layout tells a reader what each block is for and how "
