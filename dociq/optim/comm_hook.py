@@ -63,9 +63,9 @@ def projected_allreduce_hook(state: ProjectedAllReduceState,
             if factors is None:
                 g.copy_(chunk.view_as(g))
             else:
-                ranks = [f.shape[1] for f in factors]
+                ranks = [f.shape[-1] for f in factors]
                 full = projection.project_back(chunk.view(1, *ranks).to(torch.float32),
-                                               [f.unsqueeze(0) for f in factors])
+                                               [f.unsqueeze(0) for f in factors], shape=g.shape)
                 g.copy_(full[0].to(g.dtype))
         return bucket.buffer()
 

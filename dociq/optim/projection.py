@@ -5,7 +5,12 @@ Ui (ni x ri): low = g x1 U1^T ... xd Ud^T, and back: g = low x1 U1 ... xd Ud.
 All functions take a leading batch dimension B (a stack of same-shaped parameters), so the
 optimizer never loops over parameters in Python.
 
-Two kinds of projector:
+Three kinds of projector:
+- `coordinate_factors`: r_i of the n_i coordinates of every mode, chosen at random from the same
+  keys (GRASS-style structured sparse projection): U_i = I[:, S_i], held as the index set S_i
+  (int64). Projecting gathers an r_1 x ... x r_d block of the gradient and projecting back adds
+  into that block: no matmul, no n x r temporaries. `project`, `project_back` and
+  `change_of_basis` take index factors as they take dense ones.
 - `random_factors`: randomly permuted, sign-flipped columns of the DCT-II basis, generated from
   integer keys (seed, parameter key, refresh count) by a counter-based hash. The parameter key
   is a hash of the parameter's name (`name_key`), so adding or freezing another parameter does
@@ -106,6 +111,39 @@ def random_factors(shape: Sequence[int], ranks: Sequence[int], seed: int,
     return factors
 
 
+def coordinate_factors(shape: Sequence[int], ranks: Sequence[int], seed: int,
+                       param_index: Tensor, refresh_count: Tensor) -> list[Tensor]:
+    """Index factors [B, r_i] (int64, ascending) per mode, a pure function of (seed, index, refresh
+    count): the first r_i entries of a random permutation of range(n_i), i.e. the columns
+    S_i of U_i = I[:, S_i], which is exactly orthonormal. Ascending order keeps the gathers
+    and scatters of a projection in memory order."""
+    factors = []
+    for mode, (n, r) in enumerate(zip(shape, ranks)):
+        keys = projector_keys(seed, param_index.to(torch.int64), refresh_count.to(torch.int64), mode)
+        chosen = torch.argsort(hashed_bits(keys, n), dim=1, stable=True)[:, :r]
+        factors.append(chosen.sort(dim=1).values)
+    return factors
+
+
+def is_index(factors: Sequence[Tensor]) -> bool:
+    """Whether these factors are coordinate index sets (`coordinate_factors`), not dense bases."""
+    return not factors[0].is_floating_point()
+
+
+def one_hot(index: Tensor, n: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The dense factor [B, n, r] of index factors [B, r] (U = I[:, S])."""
+    dense = torch.zeros(*index.shape[:-1], n, index.shape[-1], dtype=dtype, device=index.device)
+    return dense.scatter_(-2, index.unsqueeze(-2), 1.0)
+
+
+def block_index(index: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """Open-mesh indices [B, 1, ..], [B, r_1, 1, ..], ... selecting the batched r_1 x .. x r_d block."""
+    d, batch = len(index), index[0].shape[0]
+    lead = torch.arange(batch, device=index[0].device).view(batch, *([1] * d))
+    return (lead, *(idx.view(batch, *[idx.shape[1] if j == i else 1 for j in range(d)])
+                    for i, idx in enumerate(index)))
+
+
 # ---------------------------------------------------------------- Tucker / HOSVD projector
 def unfold(x: Tensor, mode: int) -> Tensor:
     """Batched mode-`mode` unfolding: [B, n1..nd] -> [B, n_mode, prod(others)]."""
@@ -171,6 +209,8 @@ def _mode_matmul(x: Tensor, mode: int, mat: Tensor) -> Tensor:
 
 def project(x: Tensor, factors: Sequence[Tensor]) -> Tensor:
     """[B, n1..nd] -> core [B, r1..rd]."""
+    if is_index(factors):
+        return x[block_index(factors)]
     if len(factors) == 2:
         # U^T X V with bmm on transposed views: no transposed copy of X.
         u, v = factors
@@ -180,8 +220,15 @@ def project(x: Tensor, factors: Sequence[Tensor]) -> Tensor:
     return x
 
 
-def project_back(core: Tensor, factors: Sequence[Tensor]) -> Tensor:
-    """core [B, r1..rd] -> [B, n1..nd]."""
+def project_back(core: Tensor, factors: Sequence[Tensor],
+                 shape: Sequence[int] | None = None) -> Tensor:
+    """core [B, r1..rd] -> [B, n1..nd]; index factors need the full `shape` (n1..nd)."""
+    if is_index(factors):
+        if shape is None:
+            raise ValueError("project_back: index factors (projector='coordinates') need shape=(n1, ..., nd)")
+        full = core.new_zeros(core.shape[0], *shape)
+        full[block_index(factors)] = core
+        return full
     if len(factors) == 2:
         u, v = factors
         return u.to(core.dtype) @ (core @ v.to(core.dtype).transpose(1, 2))
@@ -192,5 +239,8 @@ def project_back(core: Tensor, factors: Sequence[Tensor]) -> Tensor:
 
 def change_of_basis(new: Sequence[Tensor], old: Sequence[Tensor]) -> list[Tensor]:
     """Per-mode U_old^T U_new [B, r_old, r_new]; `project(core_old, these)` gives the core of
-    U_old-coordinates re-expressed (orthogonally projected) in the new subspace."""
+    U_old-coordinates re-expressed (orthogonally projected) in the new subspace. Index factors:
+    the 0/1 matrix of the coordinates both sets hold."""
+    if is_index(new):
+        return [(o[:, :, None] == n[:, None, :]).to(torch.float32) for n, o in zip(new, old)]
     return [o.transpose(1, 2).to(torch.float32) @ n.to(torch.float32) for n, o in zip(new, old)]

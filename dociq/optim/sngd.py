@@ -82,7 +82,7 @@ from torch.optim.adam import adam as functional_adam
 from dociq.optim import projection
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-PROJECTORS = ("random", "tucker")
+PROJECTORS = ("random", "tucker", "coordinates")
 FALLBACKS = ("adamw", "factored")
 REFRESH_POLICIES = ("carry", "reset")
 PRECONDITIONERS = ("ngd", "none", "adam", "sqrt")
@@ -262,7 +262,8 @@ class SubspaceNGD(Optimizer):
                                  "mesh; it supports FSDP's row sharding (Shard(0)) on one mesh dimension "
                                  "(trainer.strategy=fsdp2), not tensor parallelism")
         for group in self.param_groups:
-            for key, bad, fix in (("projector", "tucker", "random"), ("preconditioner", "sqrt", "ngd"),
+            for key, bad, fix in (("projector", "tucker", "random"), ("projector", "coordinates", "random"),
+                                  ("preconditioner", "sqrt", "ngd"),
                                   ("fallback", "factored", "adamw")):
                 if group[key] == bad:
                     raise ValueError(f"SubspaceNGD: {key}={bad} needs whole gradients and is not supported "
@@ -283,8 +284,9 @@ class SubspaceNGD(Optimizer):
         return shifted // group["refresh_every"], shifted % group["refresh_every"] == 0
 
     def _random(self, group: dict, ps: list, counts: list[int]) -> list[list[torch.Tensor]]:
-        """Random factors of `ps` at these refresh counts: per parameter, a list per mode.
-        Same-shaped parameters are generated in one batched call, on their device."""
+        """Random factors of `ps` at these refresh counts: per parameter, a list per mode (DCT
+        columns, or index sets for projector="coordinates"). Same-shaped parameters are
+        generated in one batched call, on their device."""
         out: list = [None] * len(ps)
         by_shape = defaultdict(list)
         for i, p in enumerate(ps):
@@ -293,8 +295,9 @@ class SubspaceNGD(Optimizer):
         for shape, idx in by_shape.items():
             device = ps[idx[0]].device
             keys = torch.tensor([info[ps[i]]["key"] for i in idx], device=device)
-            stacks = projection.random_factors(shape, info[ps[idx[0]]]["ranks"], group["seed"], keys,
-                                               torch.tensor([counts[i] for i in idx], device=device))
+            make = projection.coordinate_factors if group["projector"] == "coordinates" else projection.random_factors
+            stacks = make(shape, info[ps[idx[0]]]["ranks"], group["seed"], keys,
+                          torch.tensor([counts[i] for i in idx], device=device))
             for j, i in enumerate(idx):
                 out[i] = [f[j] for f in stacks]
         return out
@@ -309,7 +312,7 @@ class SubspaceNGD(Optimizer):
         stale, stale_counts = [], []
         for i, p in enumerate(ps):
             count, now = self._refresh_count(group, p, t)
-            if group["projector"] == "random":
+            if group["projector"] != "tucker":
                 if now and t > 0:
                     due.append(i)
                 entry = cache.get(p)
@@ -579,7 +582,10 @@ class SubspaceNGD(Optimizer):
             # ranks, taken in step(), is the projection of the whole gradient).
             g = _local(p.grad)
             fs = self._row_factors(factors[i], info[p]["rows"])
-            if g.dim() == 2:
+            if projection.is_index(fs):
+                # U_i = I[:, S_i]: the projection is the S_1 x .. x S_d block of g (a gather, no matmul).
+                low[i] = projection.project(g.unsqueeze(0), [f.unsqueeze(0) for f in fs]).reshape(-1)
+            elif g.dim() == 2:
                 u, v = fs
                 # (G V) first: the long inner dimension on G's contiguous rows (measured faster
                 # than U^T G), then U^T (G V), an r x r product.
@@ -662,7 +668,13 @@ class SubspaceNGD(Optimizer):
         for i, p in enumerate(ps):
             fs = self._row_factors(plan["factors"][i], info[p]["rows"])
             w = _local(p)
-            if p.dim() == 2:
+            if projection.is_index(fs):
+                # U core V^T lives on the S0 x .. x Sd block: decay everything, add into the block.
+                if wd != 0:
+                    w.mul_(decay)
+                block = tuple(f.view([-1 if j == m else 1 for j in range(len(fs))]) for m, f in enumerate(fs))
+                w.index_put_(block, update[i].view(ranks).to(w.dtype).mul(-lr), accumulate=True)
+            elif p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
                 right = torch.mm(update[i].view(ranks), v.t())
@@ -708,7 +720,7 @@ class SubspaceNGD(Optimizer):
             hist[i] = 0
             mom[i] = 0
             return
-        ranks = [f.shape[1] for f in factors]
+        ranks = [f.shape[-1] for f in factors]
         maps = projection.change_of_basis([f.unsqueeze(0) for f in factors],
                                           [f.unsqueeze(0) for f in old_factors])
         s = hist.shape[2]
@@ -782,8 +794,10 @@ class SubspaceNGD(Optimizer):
         # Gram's diagonal (the squared column norms).
         Gs = [hist for hist, _ in pairs]
         gs = [grad.to(hist.dtype) for hist, grad in pairs]
-        gram = torch.cat([G.transpose(1, 2) @ G for G in Gs]).to(dtype)                  # [B, s, s]
-        rhs = torch.cat([(G.transpose(1, 2) @ g.unsqueeze(-1)) for G, g in zip(Gs, gs)]).to(dtype)
+        # G^T [G | g] in one product per bucket: the Gram [B, s, s] and the right side [B, s, 1].
+        both = torch.cat([G.transpose(1, 2) @ torch.cat([G, g.unsqueeze(-1)], dim=2)
+                          for G, g in zip(Gs, gs)]).to(dtype)
+        gram, rhs = both[..., :-1], both[..., -1:]
         if reduce is not None:
             gram, rhs = reduce([gram, rhs])
         lam = SubspaceNGD._lambda_from_columns(gram.diagonal(dim1=1, dim2=2), group["damping"])

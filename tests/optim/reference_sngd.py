@@ -38,6 +38,12 @@ class ReferenceSNGD:
             r0, r1 = projection.mode_ranks(shape, c["rank"])
             return u[:, :r0], vh[:r1].T
         ranks = projection.mode_ranks(shape, c["rank"])
+        if c["projector"] == "coordinates":
+            # U = I[:, S]: the identity's columns at the chosen coordinates, as a dense basis.
+            index = projection.coordinate_factors(shape, ranks, c["seed"], torch.tensor([projection.name_key(name)]),
+                                                  torch.tensor([count]))
+            return (torch.eye(shape[0], dtype=torch.float64)[:, index[0][0]],
+                    torch.eye(shape[1], dtype=torch.float64)[:, index[1][0]])
         f = projection.random_factors(shape, ranks, c["seed"], torch.tensor([projection.name_key(name)]),
                                       torch.tensor([count]))
         return f[0][0].double(), f[1][0].double()
@@ -52,7 +58,7 @@ class ReferenceSNGD:
             offset = projection.name_key(name, "offset") % c["period"]
             count, due = (t + offset) // c["period"], (t + offset) % c["period"] == 0
             if "U" not in st or (due and (c["projector"] == "tucker" or t > 0)) or \
-                    (c["projector"] == "random" and st.get("count") != count):
+                    (c["projector"] != "tucker" and st.get("count") != count):
                 U, V = self._factors(name, p.shape, count, g)
                 if "U" in st and t > 0:
                     self._move(st, U, V)

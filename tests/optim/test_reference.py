@@ -31,7 +31,8 @@ def _grads(steps, seed=1):
 
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("projector,policy", [("random", "carry"), ("random", "reset"),
-                                              ("tucker", "carry"), ("tucker", "reset")])
+                                              ("tucker", "carry"), ("tucker", "reset"),
+                                              ("coordinates", "carry"), ("coordinates", "reset")])
 def test_fast_step_matches_the_reference(projector, policy, residual):
     # residual_growth 1.05: the limiter binds on some tucker steps here (a stale subspace), so
     # both of its branches are compared.
