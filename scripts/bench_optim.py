@@ -163,7 +163,7 @@ ABLATIONS = {"nongd": "none", "adam": "adam", "sqrt": "sqrt"}
 
 
 def build_optimizer(name: str, named, args, lr: float):
-    """`name` is adamw | galore | sngd_<random|tucker|coordinates>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt][_nores]."""
+    """`name` is adamw | galore | apollo_mini | sngd_<random|tucker|coordinates>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt][_nores]."""
     if name == "adamw":
         fused = args.device in ("cpu", "cuda") or args.device.startswith("cuda")
         return factory.adamw(named, lr=lr, weight_decay=args.weight_decay, foreach=not fused,
@@ -171,6 +171,8 @@ def build_optimizer(name: str, named, args, lr: float):
     if name == "galore":
         return factory.galore(named, rank=args.rank, update_proj_gap=args.galore_refresh,
                               scale=args.galore_scale, lr=lr, weight_decay=args.weight_decay)
+    if name == "apollo_mini":
+        return factory.apollo_mini(named, lr=lr, weight_decay=args.weight_decay)
     if name.startswith("sngd_"):
         parts = name[len("sngd_"):].split("_")
         if parts[0] not in ("random", "tucker", "coordinates"):
@@ -183,7 +185,7 @@ def build_optimizer(name: str, named, args, lr: float):
                             refresh_every=args.refresh_every, projector=parts[0],
                             refresh_policy=policy, projector_dtype=dtype, preconditioner=precond,
                             residual="nores" not in parts)
-    raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, sngd_random, sngd_tucker, sngd_coordinates "
+    raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, apollo_mini, sngd_random, sngd_tucker, sngd_coordinates "
                      "(optionally with _carry/_reset, _bf16, _nongd/_adam/_sqrt, _nores)")
 
 

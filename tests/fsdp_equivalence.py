@@ -24,6 +24,7 @@ VOCAB, WIDTH, HIDDEN, BATCH, LENGTH = 61, 48, 97, 8, 12
 # Small ranks and a short refresh period, so the steps cover uneven shards of k and of the
 # rows, refresh carries, and both the projected and the fallback (embedding, norms) paths.
 SNGD = dict(lr=3e-3, rank=7, history=4, refresh_every=5, weight_decay=0.01)
+OPTIMIZERS = {"adamw": None, "sngd": "random", "sngd_coordinates": "coordinates"}   # name -> SubspaceNGD projector
 
 
 class Block(nn.Module):
@@ -54,7 +55,9 @@ class TinyLM(nn.Module):
 
 def make_optimizer(name: str, model: nn.Module):
     named = list(model.named_parameters())
-    return sngd(named, **SNGD) if name == "sngd" else adamw(named, lr=3e-3, fused=True)
+    if OPTIMIZERS[name] is None:
+        return adamw(named, lr=3e-3, fused=True)
+    return sngd(named, **SNGD, projector=OPTIMIZERS[name])
 
 
 def batches(steps: int) -> torch.Tensor:
@@ -98,7 +101,7 @@ def sharded_run(rank: int, world: int, port: int, steps: int, out: dict) -> None
         share = BATCH // world
         local = data[:, rank * share:(rank + 1) * share]
         result = {}
-        for name in ("adamw", "sngd"):
+        for name in OPTIMIZERS:
             torch.manual_seed(0)
             model = TinyLM()
             shard_task(model, mesh)
@@ -139,7 +142,7 @@ def main() -> None:
     torch.set_num_threads(1)
     single = {}
     data = batches(args.steps)
-    for name in ("adamw", "sngd"):
+    for name in OPTIMIZERS:
         torch.manual_seed(0)
         model = TinyLM()
         optimizer = make_optimizer(name, model)

@@ -39,7 +39,8 @@ def test_fsdp_trains_as_one_process_does_on_the_same_global_batch(repo_root, tmp
                          cwd=repo_root, capture_output=True, text=True, timeout=300, env=_ddp_env(repo_root))
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(out.read_text())
-    for name in ("adamw", "sngd"):
+    assert set(report) == {"adamw", "sngd", "sngd_coordinates"}
+    for name in report:
         r = report[name]
         single, sharded = torch.tensor(r["single_losses"]), torch.tensor(r["sharded_losses"])
         assert len(sharded) == 20
@@ -48,9 +49,10 @@ def test_fsdp_trains_as_one_process_does_on_the_same_global_batch(repo_root, tmp
         assert r["max_weight_diff"] < 1e-5, f"{name}: weights drift from one process by {r['max_weight_diff']}"
     # SubspaceNGD's subspace state (history, momentum) is split along its coordinates, the fallback's
     # moments along the rows of their parameters: each rank holds about half.
-    sngd = report["sngd"]
-    assert all(b <= 0.55 * sngd["single_state_bytes"] for b in sngd["sharded_state_bytes"]), sngd
-    assert sum(sngd["sharded_state_bytes"]) >= sngd["single_state_bytes"]
+    for name in ("sngd", "sngd_coordinates"):
+        sngd = report[name]
+        assert all(b <= 0.55 * sngd["single_state_bytes"] for b in sngd["sharded_state_bytes"]), sngd
+        assert sum(sngd["sharded_state_bytes"]) >= sngd["single_state_bytes"]
 
 
 @pytest.mark.parametrize("optim", [pytest.param("adamw", marks=pytest.mark.slow), "sngd"])

@@ -109,6 +109,32 @@ def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200
     return GaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
 
 
+def apollo_mini(named_params: NamedParams, rank: int = 1, scale: float = 128.0,
+                scale_type: str = "tensor", update_proj_gap: int = 200, lr: float = 1e-2,
+                weight_decay: float = 0.01, betas: Sequence[float] = (0.9, 0.999),
+                eps: float = 1e-6) -> torch.optim.Optimizer:
+    """apollo-torch APOLLOAdamW with APOLLO-Mini's settings (its README: rank 1, random projection,
+    tensor-wise scaling, scale 128, projection renewed every 200 steps): Adam's moments of a
+    rank-1 random projection only set one scale per matrix for the raw gradient. 2-D
+    non-embedding weights go to the projected group, as for GaLore."""
+    try:
+        from apollo_torch import APOLLOAdamW
+    except ImportError as err:
+        raise ImportError("optim=apollo_mini needs apollo-torch (and its bitsandbytes): "
+                          "pip install -e '.[bench]'") from err
+
+    named = _named(named_params)
+    low_rank = [p for n, p in named if p.dim() == 2 and not _is_embedding(n)]
+    low_ids = {id(p) for p in low_rank}
+    rest = [(n, p) for n, p in named if id(p) not in low_ids]
+    groups = [{"params": low_rank, "rank": rank, "proj": "random", "scale_type": scale_type,
+               "scale": scale, "update_proj_gap": update_proj_gap, "proj_type": "std",
+               "weight_decay": weight_decay}]
+    groups += decay_groups(rest, weight_decay) if rest else []
+    groups = [g for g in groups if g["params"]]
+    return APOLLOAdamW(groups, lr=lr, betas=tuple(betas), eps=eps)
+
+
 def sngd(named_params: NamedParams, weight_decay: float = 0.01, **kwargs):
     """SubspaceNGD; embeddings and norms/biases go to its fallback (project=False group)."""
     named = _named(named_params)

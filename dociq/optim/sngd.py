@@ -262,8 +262,7 @@ class SubspaceNGD(Optimizer):
                                  "mesh; it supports FSDP's row sharding (Shard(0)) on one mesh dimension "
                                  "(trainer.strategy=fsdp2), not tensor parallelism")
         for group in self.param_groups:
-            for key, bad, fix in (("projector", "tucker", "random"), ("projector", "coordinates", "random"),
-                                  ("preconditioner", "sqrt", "ngd"),
+            for key, bad, fix in (("projector", "tucker", "random"), ("preconditioner", "sqrt", "ngd"),
                                   ("fallback", "factored", "adamw")):
                 if group[key] == bad:
                     raise ValueError(f"SubspaceNGD: {key}={bad} needs whole gradients and is not supported "
@@ -365,7 +364,7 @@ class SubspaceNGD(Optimizer):
     def cache_bytes(self) -> int:
         """Bytes held between steps outside the state: cached factors (random: all of them;
         tucker: only the fp32 copies of factors stored in another dtype)."""
-        in_state = {v.untyped_storage().data_ptr() for st in self.state.values()
+        in_state = {_local(v).untyped_storage().data_ptr() for st in self.state.values()
                     for v in st.values() if torch.is_tensor(v)}
         seen, total = set(), 0
         tensors = [f for _, fs in self._factors.values() for f in fs]
@@ -584,7 +583,13 @@ class SubspaceNGD(Optimizer):
             fs = self._row_factors(factors[i], info[p]["rows"])
             if projection.is_index(fs):
                 # U_i = I[:, S_i]: the projection is the S_1 x .. x S_d block of g (a gather, no matmul).
-                low[i] = projection.project(g.unsqueeze(0), [f.unsqueeze(0) for f in fs]).reshape(-1)
+                if g.shape[0] == 0:          # a rank without rows of this matrix
+                    low[i] = 0
+                    continue
+                block = projection.project(g.unsqueeze(0), [f.unsqueeze(0) for f in fs[:g.dim()]])[0]
+                if len(fs) > g.dim():        # sharded: zero the entries of other ranks' rows
+                    block = block * fs[-1].view(-1, *[1] * (g.dim() - 1))
+                low[i] = block.reshape(-1)
             elif g.dim() == 2:
                 u, v = fs
                 # (G V) first: the long inner dimension on G's contiguous rows (measured faster
@@ -595,12 +600,18 @@ class SubspaceNGD(Optimizer):
         plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low, t=t,
                     k_rows=sharding.rows(k) if sharding else (0, k))
 
-    @staticmethod
-    def _row_factors(factors: list, rows: tuple[int, int]) -> list:
-        """The factors restricted to a rank's rows of mode 0 (all of them in one process)."""
-        start, stop = rows
-        if start == 0 and stop == factors[0].shape[0]:
+    def _row_factors(self, factors: list, rows: tuple[int, int]) -> list:
+        """The factors restricted to a rank's rows [start, stop) of mode 0 (all of them in one
+        process). Index factors keep all r_0 entries, each moved to a local row (clamped into range)
+        and followed by a 0/1 weight per entry, 1 where the row is this rank's:
+        [S_0 - start, S_1, .., S_d, weight]."""
+        if self.layout["sharding"] is None:
             return factors
+        start, stop = rows
+        if projection.is_index(factors):
+            mine = (factors[0] >= start) & (factors[0] < stop)
+            local = (factors[0] - start).clamp(0, max(0, stop - start - 1))
+            return [local, *factors[1:], mine.to(torch.float32)]
         return [factors[0][start:stop], *factors[1:]]
 
     def _record(self, plan: dict) -> None:
@@ -669,11 +680,15 @@ class SubspaceNGD(Optimizer):
             fs = self._row_factors(plan["factors"][i], info[p]["rows"])
             w = _local(p)
             if projection.is_index(fs):
-                # U core V^T lives on the S0 x .. x Sd block: decay everything, add into the block.
+                # U core V^T lives on the S_0 x .. x S_d block: decay everything, add into the block.
                 if wd != 0:
                     w.mul_(decay)
-                block = tuple(f.view([-1 if j == m else 1 for j in range(len(fs))]) for m, f in enumerate(fs))
-                w.index_put_(block, update[i].view(ranks).to(w.dtype).mul(-lr), accumulate=True)
+                core = update[i].view(ranks).to(w.dtype).mul(-lr)
+                if len(fs) > w.dim():        # sharded: only this rank's rows
+                    core = core * fs[-1].view(-1, *[1] * (w.dim() - 1)).to(w.dtype)
+                block = tuple(f.view([-1 if j == m else 1 for j in range(w.dim())]) for m, f in enumerate(fs[:w.dim()]))
+                if w.shape[0] > 0:
+                    w.index_put_(block, core, accumulate=True)
             elif p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.

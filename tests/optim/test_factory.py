@@ -52,6 +52,19 @@ def test_galore_projects_matrices_only():
     assert opt.state[model.proj.weight]["exp_avg"].shape == (64, 4)    # Adam state in rank 4
 
 
+def test_apollo_mini_projects_matrices_to_rank_one():
+    model = Tiny()
+    opt = factory.apollo_mini(_named(model), lr=1e-3)
+    low = [g for g in opt.param_groups if "rank" in g]
+    assert len(low) == 1 and set(low[0]["params"]) == {model.proj.weight, model.head.weight}
+    assert low[0]["rank"] == 1 and low[0]["scale_type"] == "tensor"
+    before = model.proj.weight.detach().clone()
+    model(torch.randint(0, 100, (4, 7))).sum().backward()
+    opt.step()
+    assert opt.state[model.proj.weight]["exp_avg"].numel() == 64        # Adam state of a rank-1 projection
+    assert not torch.equal(model.proj.weight, before)
+
+
 def test_adamw_decay_groups():
     model = Tiny()
     opt = factory.adamw(_named(model), lr=1e-3, weight_decay=0.05)
@@ -105,7 +118,7 @@ def test_empty_parameter_list_is_a_clear_error():
 
 
 @pytest.mark.parametrize("name,cls,strategy", [("adamw", torch.optim.AdamW, None),
-                                               ("galore", None, None),
+                                               ("galore", None, None), ("apollo_mini", None, None),
                                                ("sngd", SubspaceNGD, "sngd")])
 def test_optim_configs_instantiate(name, cls, strategy):
     cfg = OmegaConf.create({"trainer": {"max_steps": 50},
