@@ -15,8 +15,9 @@ from dociq import cli
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_REQUIRED = 15
-# Extras that `all` leaves out: the test tools, and a notebook front-end nothing else needs.
-NOT_IN_ALL = {"dev", "notebook"}
+# Extras that `all` leaves out: the test tools, the optimizer benchmarks' rivals, and a notebook
+# front-end nothing else needs.
+NOT_IN_ALL = {"dev", "notebook", "bench"}
 # What each required distribution is imported as (PyPI names differ from module names).
 IMPORT_NAMES = {
     "torch": {"torch"}, "timm": {"timm"}, "transformers": {"transformers"}, "open_clip_torch": {"open_clip"},
