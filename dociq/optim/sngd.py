@@ -62,8 +62,9 @@ Checkpoints gather and re-shard them like any DTensor state (`init_state` makes 
 State (per parameter, plain tensors and ints; `torch.load(weights_only=True)` works):
 projected: step (int), history [k, s], momentum [k] (+ residual_norm [] with the residual,
 + exp_avg_sq [k] for "adam"), and for
-`projector="tucker"` the factors factor0..factor{d-1} [n_i, r_i]. `random` factors are a pure
-function of (seed, name, refresh count) and never stored. Fallback parameters: AdamW's state
+`projector="tucker"` the factors factor0..factor{d-1} [n_i, r_i]. `random` factors (DCT columns) and
+`coordinates` index sets (U_i = I[:, S_i], projection.py) are a pure function of (seed, name,
+refresh count) and never stored. Fallback parameters: AdamW's state
 (torch's fused kernel where the device has one) or the factored second moment.
 """
 from __future__ import annotations
