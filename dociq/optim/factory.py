@@ -98,15 +98,22 @@ def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200
     jiaweizzhao/GaLore's torchrun_main.py, which projects attention/MLP linears only)."""
     from galore_torch import GaLoreAdamW
 
+    groups = low_rank_groups(named_params, weight_decay, rank=rank, update_proj_gap=update_proj_gap,
+                             scale=scale, proj_type=proj_type)
+    return GaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
+
+
+def low_rank_groups(named_params: NamedParams, weight_decay: float, **settings) -> list[dict]:
+    """GaLore-family param groups: 2-D non-embedding weights in one group with the projection
+    `settings` (as jiaweizzhao/GaLore's torchrun_main.py projects attention/MLP linears only),
+    the rest in `decay_groups`."""
     named = _named(named_params)
     low_rank = [p for n, p in named if p.dim() == 2 and not _is_embedding(n)]
     low_ids = {id(p) for p in low_rank}
     rest = [(n, p) for n, p in named if id(p) not in low_ids]
-    groups = [{"params": low_rank, "rank": rank, "update_proj_gap": update_proj_gap,
-               "scale": scale, "proj_type": proj_type, "weight_decay": weight_decay}]
+    groups = [{"params": low_rank, **settings, "weight_decay": weight_decay}]
     groups += decay_groups(rest, weight_decay) if rest else []
-    groups = [g for g in groups if g["params"]]
-    return GaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
+    return [g for g in groups if g["params"]]
 
 
 def apollo_mini(named_params: NamedParams, rank: int = 1, scale: float = 128.0,
@@ -123,15 +130,8 @@ def apollo_mini(named_params: NamedParams, rank: int = 1, scale: float = 128.0,
         raise ImportError("optim=apollo_mini needs apollo-torch (and its bitsandbytes): "
                           "pip install -e '.[bench]'") from err
 
-    named = _named(named_params)
-    low_rank = [p for n, p in named if p.dim() == 2 and not _is_embedding(n)]
-    low_ids = {id(p) for p in low_rank}
-    rest = [(n, p) for n, p in named if id(p) not in low_ids]
-    groups = [{"params": low_rank, "rank": rank, "proj": "random", "scale_type": scale_type,
-               "scale": scale, "update_proj_gap": update_proj_gap, "proj_type": "std",
-               "weight_decay": weight_decay}]
-    groups += decay_groups(rest, weight_decay) if rest else []
-    groups = [g for g in groups if g["params"]]
+    groups = low_rank_groups(named_params, weight_decay, rank=rank, proj="random", scale_type=scale_type,
+                             scale=scale, update_proj_gap=update_proj_gap, proj_type="std")
     return APOLLOAdamW(groups, lr=lr, betas=tuple(betas), eps=eps)
 
 

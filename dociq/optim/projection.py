@@ -130,12 +130,6 @@ def is_index(factors: Sequence[Tensor]) -> bool:
     return not factors[0].is_floating_point()
 
 
-def one_hot(index: Tensor, n: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The dense factor [B, n, r] of index factors [B, r] (U = I[:, S])."""
-    dense = torch.zeros(*index.shape[:-1], n, index.shape[-1], dtype=dtype, device=index.device)
-    return dense.scatter_(-2, index.unsqueeze(-2), 1.0)
-
-
 def block_index(index: Sequence[Tensor]) -> tuple[Tensor, ...]:
     """Open-mesh indices [B, 1, ..], [B, r_1, 1, ..], ... selecting the batched r_1 x .. x r_d block."""
     d, batch = len(index), index[0].shape[0]

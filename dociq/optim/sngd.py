@@ -687,9 +687,9 @@ class SubspaceNGD(Optimizer):
                 core = update[i].view(ranks).to(w.dtype).mul(-lr)
                 if len(fs) > w.dim():        # sharded: only this rank's rows
                     core = core * fs[-1].view(-1, *[1] * (w.dim() - 1)).to(w.dtype)
-                block = tuple(f.view([-1 if j == m else 1 for j in range(w.dim())]) for m, f in enumerate(fs[:w.dim()]))
                 if w.shape[0] > 0:
-                    w.index_put_(block, core, accumulate=True)
+                    block = projection.block_index([f.unsqueeze(0) for f in fs[:w.dim()]])
+                    w.unsqueeze(0).index_put_(block, core.unsqueeze(0), accumulate=True)
             elif p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
