@@ -20,7 +20,7 @@ CORPUS_SRC ?= $(DATA_DIR)/debian
 CORPUS ?= $(DATA_DIR)/corpus
 CORPUS_FULL ?= $(DATA_DIR)/corpus_full
 
-.PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-unseen corpus-tools
+.PHONY: install pretrain finetune test test-all notebook clean corpus corpus-full corpus-wide corpus-unseen corpus-tools
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,15 @@ corpus-full: $(STAMP) corpus-tools
 	$(PY) -m dociq.cli corpus fetch $(CORPUS_SRC)
 	$(PY) -m dociq.cli corpus build $(CORPUS_SRC) $(CORPUS_FULL) --max-docs-per-package 400 \
 		--max-pages-per-doc 10 --max-pages-per-package 1200 $(CORPUS_ARGS)
+
+# More genres beside the recipe's (data=corpus_wide_mixed): guides in English, French and German,
+# games, music scores, MetaPost figures, LaTeX's documented sources; none is a held-out genre below.
+WIDE_PACKAGES := texlive-lang-english texlive-lang-french texlive-lang-german texlive-games texlive-music texlive-metapost-doc texlive-latex-base-doc
+CORPUS_WIDE ?= $(DATA_DIR)/corpus_wide
+corpus-wide: $(STAMP) corpus-tools
+	$(PY) -m dociq.cli corpus fetch $(DATA_DIR)/debian_wide --packages $(WIDE_PACKAGES)
+	$(PY) -m dociq.cli corpus build $(DATA_DIR)/debian_wide $(CORPUS_WIDE) --max-docs-per-package 90 \
+		--max-pages-per-doc 8 --max-pages-per-package 500 $(CORPUS_ARGS)
 
 # Held-out genres: five packages no recipe page comes from (journal and thesis classes, other
 # projects' LaTeX manuals, TikZ/PGF, scikit-learn's and the Debian handbook's HTML), scored with

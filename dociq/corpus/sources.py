@@ -38,6 +38,16 @@ DEBIAN_PACKAGES: dict[str, str] = {
     "python-sklearn-doc": "html",
     "debian-handbook": "html",
     "gnome-user-docs": "mallard",  # Mallard .page XML, converted to HTML before printing
+    # more genres for a wider training corpus (none of them is a held-out genre of corpus-unseen):
+    # guides in English, French and German, games (chess, crosswords, sudoku), music scores,
+    # MetaPost figures, LaTeX's own documented sources
+    "texlive-lang-english": "pdf",
+    "texlive-lang-french": "pdf",
+    "texlive-lang-german": "pdf",
+    "texlive-games": "pdf",
+    "texlive-music": "pdf",
+    "texlive-metapost-doc": "pdf",
+    "texlive-latex-base-doc": "pdf",
 }
 
 # a few packages of every kind, for a quick recipe build

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,6 +205,26 @@ def test_data_configs_instantiate_on_a_built_corpus(corpus):
     assert Counter(mixed.source_of(i)[0] for i in range(len(mixed))) == {0: 9, 1: 9}
     page = mixed[next(i for i in range(len(mixed)) if mixed.source_of(i)[0] == 1)]
     assert page.image.ndim == 3
+
+
+def test_wide_mixture_reads_both_corpora_page_for_page(corpus, tmp_path):
+    from hydra.utils import instantiate
+
+    from dociq.training.config import compose
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "corpus").symlink_to(corpus)
+    (data_dir / "corpus_wide").symlink_to(corpus)  # a second corpus of the same 9 training pages
+    cfg = compose(["stage=finetune", "data=corpus_wide_mixed", f"paths.data_dir={data_dir}",
+                   "data.train_set.datasets.1.num_pages=6"])
+    mixed = instantiate(cfg.data.train_set, _convert_="all")
+    real = mixed.datasets[0]
+    assert [Path(d.root).name for d in real.datasets] == ["corpus", "corpus_wide"]
+    # every real page once, as likely as any other; then as many synthetic slots
+    assert len(real) == 18 and Counter(real.source_of(i)[0] for i in range(18)) == {0: 9, 1: 9}
+    assert Counter(mixed.source_of(i)[0] for i in range(len(mixed))) == {0: 18, 1: 18}
+    assert instantiate(cfg.data.val_set, _convert_="all").root == data_dir / "corpus"
 
 
 def test_word_boxes_overhanging_the_page_are_cut_to_it():
