@@ -32,6 +32,9 @@ from dociq.data.datasets.corpus.record import RECORD_VERSION, encode_png
 # regions overlapping by more than this fraction of the smaller one is a conflict
 _CONTAINERS = {"table", "figure"}
 _CONFLICT_OVERLAP = 0.3
+# a page whose text layer leaves more of its words unmapped than this is not read right: its
+# labels would be drawn around glyphs that carry no text (a songbook's chords, a broken font)
+MAX_UNMAPPED_SHARE = 0.1
 
 
 @dataclass
@@ -233,6 +236,8 @@ def _attach_strays(content: PdfPageContent, regions: list[LabelledRegion], stray
 
 def quality(content: PdfPageContent, regions: list[LabelledRegion], settings: LabelSettings) -> str | None:
     """Why a page is dropped, or None when its labels can be trusted."""
+    if content.unmapped_words > MAX_UNMAPPED_SHARE * (len(content.words) + content.unmapped_words):
+        return "unmapped_glyphs"
     if len(content.words) < settings.min_words:
         return "too_few_words"
     chars = sum(len(w.text) for w in content.words)

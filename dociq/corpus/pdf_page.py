@@ -17,6 +17,9 @@ import numpy as np
 _MONO = re.compile(r"mono|courier|typewriter|cmtt|lmtt|sftt|txtt|ectt|tctt|rm-lmtt|inconsolata|consol|"
                    r"menlo|fixed|\btt\d|code", re.I)
 _BOLD = re.compile(r"bold|black|heavy|semibold|demi|cmbx|\bbx\d|-bd|sfbx", re.I)
+# pdfminer's stand-in for a glyph whose font maps it to no character (no ToUnicode entry): a music
+# or chess symbol, or the letters of a font the PDF left unmapped; it is ink, not text
+UNMAPPED_GLYPH = re.compile(r"\(cid:\d+\)")
 
 
 @dataclass
@@ -64,6 +67,7 @@ class PdfPageContent:
     struct: list[dict] = field(default_factory=list)  # pdfplumber's structure tree of the page
     table_grids: list[dict] = field(default_factory=list)  # pdfplumber tables: box + rows of cell boxes
     chars: int = 0
+    unmapped_words: int = 0  # words of the text layer that were only unmapped glyphs (left out of `words`)
 
     def line_text(self, line: Line) -> str:
         return " ".join(self.words[i].text for i in line.word_ids)
@@ -133,17 +137,20 @@ def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bo
         plumber_page = plumber_page.dedupe_chars()  # text drawn twice for a fake bold reads once
     raw = plumber_page.extract_words(x_tolerance_ratio=0.18, y_tolerance=2, keep_blank_chars=False,
                                      extra_attrs=["size"], return_chars=True)
-    words = []
+    words, unmapped = [], 0
     for w in raw:
-        if not _readable(w["text"]):
-            continue  # pieces of big delimiters and other private-use glyphs are not words
+        text = UNMAPPED_GLYPH.sub("", w["text"])
+        if not _readable(text):
+            # pieces of big delimiters and other private-use glyphs are not words, nor unmapped glyphs
+            unmapped += text != w["text"]
+            continue
         chars = w.get("chars") or []
         mcids = Counter(c.get("mcid") for c in chars)
         fonts = Counter(c.get("fontname", "") for c in chars)
         box = _to_px(w, ox, oy, scale)
         if image is not None and not _has_ink(image, box):
             continue
-        words.append(Word(text=w["text"], box=box, size=float(w["size"]),
+        words.append(Word(text=text, box=box, size=float(w["size"]),
                           font=fonts.most_common(1)[0][0] if fonts else "",
                           mcid=mcids.most_common(1)[0][0] if mcids else None))
     rules, graphics, graphics_mcid = [], [], []
@@ -160,7 +167,7 @@ def read_page(plumber_page, scale: float, size: tuple[int, int], with_tables: bo
     content = PdfPageContent(
         width=int(size[1]), height=int(size[0]), scale=scale, words=words, lines=[], rules=rules,
         graphics=graphics, graphics_mcid=graphics_mcid, images=images, images_mcid=images_mcid,
-        chars=len(plumber_page.chars))
+        chars=len(plumber_page.chars), unmapped_words=unmapped)
     content.lines = group_lines(words)
     if struct is not None:
         content.struct = page_tree(struct, plumber_page.page_number)

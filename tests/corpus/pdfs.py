@@ -14,12 +14,16 @@ def _escape(text: str) -> str:
 
 
 def page_stream(ops) -> bytes:
-    """ops: ("text", font, size, x, y, str) | ("line", x0, y0, x1, y1) | ("rect", x, y, w, h)."""
+    """ops: ("text", font, size, x, y, str) | ("line", x0, y0, x1, y1) | ("rect", x, y, w, h) |
+    ("glyphs", size, x, y, [glyph ids]): glyphs of a font that maps them to no characters."""
     out = []
     for op in ops:
         if op[0] == "text":
             _, font, size, x, y, text = op
             out.append(f"BT /{font} {size} Tf {x} {y} Td ({_escape(text)}) Tj ET")
+        elif op[0] == "glyphs":
+            _, size, x, y, glyphs = op
+            out.append(f"BT /unmapped {size} Tf {x} {y} Td <{''.join(f'{g:04x}' for g in glyphs)}> Tj ET")
         elif op[0] == "line":
             _, x0, y0, x1, y1 = op
             out.append(f"0.8 w {x0} {y0} m {x1} {y1} l S")
@@ -37,12 +41,17 @@ def write_pdf(pages, width: float = 612, height: float = 792) -> bytes:
             b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
                 b" ".join(b"%d 0 R" % (first_page + 2 * i) for i in range(n)), n)]
     objs += [f"<< /Type /Font /Subtype /Type1 /BaseFont /{name} >>".encode() for name in FONTS.values()]
-    resources = " ".join(f"/{key} {num} 0 R" for key, num in font_objs.items())
+    unmapped = first_page + 2 * n  # a CID font without a ToUnicode map, after the pages
+    resources = " ".join(f"/{key} {num} 0 R" for key, num in font_objs.items()) + f" /unmapped {unmapped} 0 R"
     for i, ops in enumerate(pages):
         content = page_stream(ops)
         objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
                     f"/Resources << /Font << {resources} >> >> /Contents {first_page + 2 * i + 1} 0 R >>".encode())
         objs.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"endstream")
+    objs.append(f"<< /Type /Font /Subtype /Type0 /BaseFont /Unmapped /Encoding /Identity-H "
+                f"/DescendantFonts [{unmapped + 1} 0 R] >>".encode())
+    objs.append(b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /Unmapped /CIDSystemInfo "
+                b"<< /Registry (Adobe) /Ordering (Identity) /Supplement 0 >> /DW 600 >>")
     return pdf_from_objects(objs)
 
 

@@ -134,6 +134,26 @@ def test_quality_gate_drops_pages_with_few_words_or_low_coverage(tmp_path):
     assert strict.dropped == {"low_coverage": 1}
 
 
+def test_glyphs_without_characters_are_no_words_and_many_drop_the_page(tmp_path):
+    # pdfminer writes a glyph its font maps to no character as "(cid:N)": a music symbol, or the
+    # letters of a broken font. A few on a page are left out of its words; many drop the page.
+    page = manual_pages(1)[0]
+    words_on_page = sum(len(op[-1].split()) for op in page if op[0] == "text")
+
+    def build(n_glyph_words):
+        ops = page + [("glyphs", 9, 72 + 30 * (k % 12), 90 - 12 * (k // 12), [36, 35, 21]) for k in range(n_glyph_words)]
+        path = tmp_path / f"glyphs{n_glyph_words}.pdf"
+        path.write_bytes(write_pdf([ops]))
+        return label_pdf(path, path.name, "p", path.name, "train", LabelSettings(min_words=5), seen_hashes={})
+
+    few = build(2)
+    assert not few.dropped and len(few.pages) == 1
+    words = few.pages[0][2]["words"]
+    assert len(words) == words_on_page and not any("cid" in w for w in words)
+    many = build(words_on_page // 4)
+    assert many.pages == [] and many.dropped == {"unmapped_glyphs": 1}
+
+
 def test_near_duplicates_are_dropped_within_a_document(tmp_path):
     ops = manual_pages(3)[2]
     renumbered = [op if op[-1] != "3" else op[:-1] + ("4",) for op in ops]
