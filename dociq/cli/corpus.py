@@ -28,9 +28,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     fetch = sub.add_parser("fetch", help="download and unpack Debian's documentation packages")
     fetch.add_argument("dest", type=Path)
-    group = fetch.add_mutually_exclusive_group()
-    group.add_argument("--recipe", action="store_true", help="only the recipe's smaller packages")
-    group.add_argument("--packages", nargs="+", help="these packages (default: all the corpus uses)")
+    fetch.add_argument("--recipe", action="store_true", help="the recipe's smaller packages")
+    fetch.add_argument("--packages", nargs="+", default=[],
+                       help="these packages (beside the recipe's with --recipe; neither: all the corpus knows)")
 
     build = sub.add_parser("build", help="label every PDF and HTML document under SRC into OUT")
     build.add_argument("src", type=Path)
@@ -79,7 +79,7 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.action == "fetch":
-        names = args.packages or (list(RECIPE_PACKAGES) if args.recipe else list(DEBIAN_PACKAGES))
+        names = (list(RECIPE_PACKAGES) if args.recipe else []) + args.packages or list(DEBIAN_PACKAGES)
         for name, path in fetch_debian_packages(names, args.dest).items():
             print(f"[corpus] {name}: {path}")
         return 0

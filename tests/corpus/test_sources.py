@@ -279,3 +279,19 @@ def test_a_non_utf8_file_name_is_skipped_and_reported(src):
     reasons = {Path(s.path).name: s.reason for s in skipped}
     assert reasons["caf\\xe9.pdf"].startswith("name is not valid UTF-8")
     assert reasons["notes.txt"] == "not a document type this command reads"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--recipe"], list(RECIPE_PACKAGES)),
+    (["--recipe", "--packages", "texlive-games"], [*RECIPE_PACKAGES, "texlive-games"]),
+    (["--packages", "texlive-games", "texlive-music"], ["texlive-games", "texlive-music"]),
+    ([], list(DEBIAN_PACKAGES)),
+])
+def test_fetch_takes_the_recipe_and_named_packages_together(monkeypatch, tmp_path, argv, expected):
+    import dociq.cli.corpus as corpus_cli
+
+    asked = []
+    monkeypatch.setattr(corpus_cli, "fetch_debian_packages",
+                        lambda names, dest: asked.extend(names) or {n: dest / n for n in names})
+    assert corpus_cli.main(["fetch", str(tmp_path), *argv]) == 0
+    assert asked == expected
