@@ -64,6 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     audit.add_argument("corpus", type=Path)
     audit.add_argument("out", type=Path, help="a PNG contact sheet; one PNG per page goes beside it")
     audit.add_argument("--pages", type=int, default=50)
+    audit.add_argument("--per-package", type=int, default=None,
+                       help="instead of --pages: this many pages of each package, one row per package")
     audit.add_argument("--split", choices=["train", "val"], default="train")
     audit.add_argument("--seed", type=int, default=0)
     return parser
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[corpus] wrote {args.out}: {summary['pages']} pages")
         return 0
     if args.action == "audit":
-        path = draw_audit(args.corpus, args.out, pages=args.pages, split=args.split, seed=args.seed)
+        path = draw_audit(args.corpus, args.out, pages=args.pages, split=args.split, seed=args.seed,
+                          per_package=args.per_package)
         print(f"[corpus] wrote {path}")
         return 0
     return 2

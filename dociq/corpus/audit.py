@@ -49,14 +49,41 @@ def pick_pages(dataset, pages: int, seed: int = 0) -> list[int]:
     return chosen
 
 
+def pick_pages_per_package(dataset, per_package: int, seed: int = 0) -> list[int]:
+    """`per_package` pages of each package (each from a different document), package by package."""
+    packages = sorted({dataset.page_meta(i)["package"] for i in range(len(dataset))})
+    chosen = []
+    for package in packages:
+        ids = [i for i in range(len(dataset)) if dataset.page_meta(i)["package"] == package]
+        chosen += [ids[k] for k in pick_pages(_Subset(dataset, ids), per_package, seed)]
+    return chosen
+
+
+class _Subset:
+    def __init__(self, dataset, ids):
+        self.dataset, self.ids = dataset, ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, k):
+        return self.dataset[self.ids[k]]
+
+
 def draw_audit(corpus, out_png, pages: int = 50, split: str = "train", seed: int = 0,
-               columns: int = 10, thumb: int = 320) -> Path:
+               columns: int = 10, thumb: int = 320, per_package: int | None = None) -> Path:
+    """A contact sheet of `pages` pages from different documents, or of `per_package` pages of
+    each package (one row per package), their labels drawn; full-size pages beside it."""
     dataset = CorpusDocuments(corpus, split=split)
     out_png = Path(out_png)
     page_dir = out_png.with_name(out_png.stem + "_pages")
     page_dir.mkdir(parents=True, exist_ok=True)
+    if per_package is not None:
+        chosen, columns = pick_pages_per_package(dataset, per_package, seed), per_package
+    else:
+        chosen = pick_pages(dataset, pages, seed)
     thumbs, index = [], []
-    for n, i in enumerate(pick_pages(dataset, pages, seed)):
+    for n, i in enumerate(chosen):
         page = dataset[i]
         drawn = draw_labels(page)
         drawn.save(page_dir / f"{n:03d}.png")
@@ -64,6 +91,9 @@ def draw_audit(corpus, out_png, pages: int = 50, split: str = "train", seed: int
                       "labeller": page.meta.get("labeller"),
                       "regions": [[r.label, [round(float(v)) for v in r.box]] for r in page.regions]})
         drawn.thumbnail((thumb, thumb))
+        caption = ImageDraw.Draw(drawn)  # whose page it is, for a sheet of several genres
+        caption.rectangle((0, 0, 6 * len(str(page.meta.get("package", ""))) + 6, 12), fill="white")
+        caption.text((2, 1), str(page.meta.get("package", "")), fill="black")
         thumbs.append(drawn)
     (page_dir / "index.json").write_text(json.dumps(index, indent=1))
     rows = max(1, -(-len(thumbs) // columns))

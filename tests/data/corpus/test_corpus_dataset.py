@@ -237,3 +237,17 @@ def test_word_boxes_overhanging_the_page_are_cut_to_it():
     boxes = record_to_page(png, record).word_boxes
     assert boxes[0].tolist() == [0, 0, 20, 11.5] and boxes[3].tolist() == [20, 22, w, h]
     assert boxes[1].tolist() == record["word_boxes"][1]
+
+
+def test_audit_sheet_per_package_takes_pages_of_different_documents(corpus, tmp_path):
+    from dociq.corpus.audit import draw_audit
+
+    out = draw_audit(corpus, tmp_path / "sheet.png", per_package=2, thumb=64)
+    index = json.loads((tmp_path / "sheet_pages" / "index.json").read_text())
+    packages = [e["page_id"].split("/")[0] for e in index]
+    docs = [e["page_id"].split("#")[0] for e in index]
+    # train split: alpha has three documents, beta one good one: two rows, package by package
+    assert packages == ["alpha", "alpha", "beta"] and len(set(docs)) == 3
+    assert all((tmp_path / "sheet_pages" / e["file"]).is_file() for e in index)
+    from PIL import Image
+    assert Image.open(out).size == (2 * 64, 2 * 64 + 24)
