@@ -9,7 +9,9 @@ Rules, each a fact a careful reader uses too, applied in this order (a word is l
   figures         image objects; clusters of vector paths with little text inside
   headings        bookmarks (the PDF outline) matched to lines; lines set larger or bolder than the
                   document's body text; the largest line on a first page is the title
-  code            lines set in a monospace font, consecutive lines joined
+  code            lines set in a monospace font, consecutive lines joined; a column of line
+                  numbers (1, 2, 3 ...) joins the rows it numbers into one block, code when they
+                  read as code, whatever their font
   captions        blocks opening with "Figure 3", "Table 2:", "Listing 1."
   list items      a bullet or enumerator with a hanging indent, continuation lines joined
   paragraphs      the remaining lines, joined into blocks and split at vertical gaps, column
@@ -18,6 +20,7 @@ Rules, each a fact a careful reader uses too, applied in this order (a word is l
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -32,6 +35,8 @@ _CAPTION = re.compile(r"^(figure|fig\.|table|tab\.|listing|algorithm|abbildung|a
 _BULLET = re.compile(r"^([\u2022\u25e6\u2023\u2043\u2219\u00b7\u25aa\u25cf\u25cb\u25a0\u25b6\u25ba\u2013\u2014*\u2212-]"
                      r"|\(?[0-9]{1,2}[.)]|\(?[a-z][.)]|\(?[ivx]{1,4}[.)]|\[[0-9]{1,3}\])$")
 _SECTION_NUMBER = re.compile(r"^([0-9]+(\.[0-9]+)*\.?|[A-Z]\.([0-9]+\.?)*|[IVX]+\.)$")
+_LINE_NUMBER = re.compile(r"^[0-9]{1,4}$")
+_CODE_MARK = re.compile(r"[{}\\=;<>\[\]()#_$]")  # characters of program text, rare in prose
 
 
 def normalise(text: str) -> str:
@@ -93,17 +98,20 @@ class _Labeller:
 
     # -- page furniture -------------------------------------------------------------------------
     def furniture(self) -> None:
+        # a listing's line number is no page number, at the top of a page too
+        listing = {number for run in self.line_number_columns() for number, _ in run}
         lines = self.free_lines()
         if lines:  # a lone number on the first or last row of the page is its number
             top, bottom = min(lines, key=lambda ln: ln.box[1]), max(lines, key=lambda ln: ln.box[3])
             for line in lines:
                 edge = (_same_row(line, top) and line.box[3] <= 0.25 * self.c.height) or (
                     _same_row(line, bottom) and line.box[1] >= 0.75 * self.c.height)
-                if edge and _PAGE_NUMBER.match(self.c.line_text(line).strip()) and line.word_ids[0] in self.free:
+                if edge and _PAGE_NUMBER.match(self.c.line_text(line).strip()) and line.word_ids[0] in self.free \
+                        and line.word_ids[0] not in listing:
                     self.add("page_number", line.word_ids)
         for line in self.free_lines():
             band = band_of(line, self.c)
-            if band is None:
+            if band is None or line.word_ids[0] in listing:
                 continue
             text = self.c.line_text(line)
             words = line.word_ids
@@ -272,6 +280,7 @@ class _Labeller:
                 self.add("list_item", [i for ln in row for i in ln.word_ids])
 
     def code(self) -> None:
+        self.numbered_listings()
         free = self.free_lines()
         code_lines = [line for line in free if self._monospace_share(line) >= 0.8]
         # listings number their lines in the text font, just left of the code
@@ -283,6 +292,72 @@ class _Labeller:
                 if any(_same_row(number, line) and 0 <= line.box[0] - number.box[2] <= 3 * self.em for line in group):
                     ids.extend(number.word_ids)
             self.add("code", ids)
+
+    def numbered_listings(self) -> None:
+        """A column of line numbers with text just right of it: the numbers belong to the lines
+        they number, whatever their fonts and sizes, and the rows are one block, code when the
+        lines read as code."""
+        free = self.free_lines()
+        for run in self.line_number_columns():
+            ids = [i for number, rest in run for i in [number, *rest]]
+            col_right = max(self.c.words[number].box[2] for number, _ in run)
+            top, bottom = self.c.words[run[0][0]].box[1], self.c.words[run[-1][0]].box[3]
+            text = union(self.c.words[i].box for _, rest in run for i in rest)
+            for line in free:  # a long line wrapped onto an unnumbered row
+                cy = (line.box[1] + line.box[3]) / 2
+                if top < cy < bottom and line.box[0] >= col_right and line.box[0] < text[2]:
+                    ids.extend(line.word_ids)
+            ids = [i for i in set(ids) if i in self.free]
+            texts = [" ".join(self.c.words[i].text for i in rest) for _, rest in run if rest]
+            words = [self.c.words[i] for _, rest in run for i in rest]
+            mono = sum(len(w.text) for w in words if w.mono) >= 0.5 * sum(len(w.text) for w in words)
+            marked = sum(1 for t in texts if _CODE_MARK.search(t)) >= 0.5 * len(texts)
+            self.add("code" if mono or marked else "paragraph", ids)
+
+    def line_number_columns(self) -> list[list[tuple[int, list[int]]]]:
+        """Listings' line numbers among the free lines: runs of (number word, the words of its row,
+        none for a blank numbered row). A number is set apart from its row's text, by a smaller
+        size or by a gap of its own."""
+        free = sorted(self.free_lines(), key=lambda ln: ln.box[1] + ln.box[3])
+        centres = [(ln.box[1] + ln.box[3]) / 2 for ln in free]
+        rows = []
+        for line in free:
+            first = self.c.words[line.word_ids[0]]
+            if not _LINE_NUMBER.match(first.text):
+                continue
+            rest = line.word_ids[1:]
+            if rest and first.size >= 0.85 * min(self.c.words[i].size for i in rest):
+                continue  # "1 Overview": a number set like its text is part of the text
+            if not rest:  # a number with a gap of its own: the row's text is the next line right
+                cy, tol = (line.box[1] + line.box[3]) / 2, 0.4 * max(line.height, 1.0)
+                near = free[bisect_left(centres, cy - tol):bisect_right(centres, cy + tol)]
+                right = [o for o in near if o is not line and _same_row(o, line)
+                         and 0 <= o.box[0] - line.box[2] <= 12 * self.em]
+                rest = min(right, key=lambda o: o.box[0]).word_ids if right else []
+            rows.append((line.word_ids[0], rest))
+        return self._number_columns(rows)
+
+    def _number_columns(self, rows: list[tuple[int, list[int]]]) -> list[list[tuple[int, list[int]]]]:
+        """Rows whose numbers stand in one column (left or right edges aligned) and count up by one
+        from row to row down the page; runs of three or more, most of them with text."""
+        def centre(i: int) -> float:
+            return (self.c.words[i].box[1] + self.c.words[i].box[3]) / 2
+
+        runs: list[list[tuple[int, list[int]]]] = []
+        open_runs: list[list[tuple[int, list[int]]]] = []  # runs whose last row is near enough to go on
+        for row in sorted(rows, key=lambda r: centre(r[0])):
+            w, cy = self.c.words[row[0]], centre(row[0])
+            open_runs = [run for run in open_runs if cy - centre(run[-1][0]) <= 3 * self.em]
+            for run in open_runs:
+                last = self.c.words[run[-1][0]]
+                aligned = min(abs(w.box[0] - last.box[0]), abs(w.box[2] - last.box[2])) <= 0.5 * self.em
+                if int(w.text) == int(last.text) + 1 and aligned and cy > centre(run[-1][0]):
+                    run.append(row)
+                    break
+            else:
+                runs.append([row])
+                open_runs.append(runs[-1])
+        return [run for run in runs if len(run) >= 3 and sum(1 for _, rest in run if rest) >= 0.6 * len(run)]
 
     def _monospace_share(self, line: Line) -> float:
         """Share of a line's characters set in a monospace font; a listing's line number aside."""

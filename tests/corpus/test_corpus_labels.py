@@ -202,3 +202,30 @@ def test_a_line_repeated_under_the_running_header_is_not_a_header(tmp_path):
         labels = _labels(record)
         assert [t for label, t in labels if label == "page_header"] == ["Corpus Builder Reference Manual"]
         assert any(t == "Option Default Meaning" and label != "page_header" for label, t in labels)
+
+
+@pytest.mark.parametrize("number_x, top", [
+    (52, 300),  # the numbers a column of their own
+    (64, 300),  # against the text, on its line
+    (52, 770),  # on the page's first row, where a lone number is the page's number
+])
+def test_a_listings_line_numbers_belong_to_its_lines(tmp_path, number_x, top):
+    """A listing set in a text font with its line numbers in a smaller size left of the lines (a
+    blank line numbered too) is one code block, numbers included: no number is a paragraph."""
+    listing = ["for i := 1 step 1 until 6:", "eyescale := i / 6;", "", "draw eye(i * 60) shifted (i, 0);",
+               "endfor;"]
+    ops = [op for op in manual_pages(1)[0] if top < 700 or op[-1] != "Corpus Builder Reference Manual"]
+    for k, text in enumerate(listing):
+        y = top - k * 11
+        ops.append(("text", "regular", 6, number_x, y, str(k + 1)))
+        if text:
+            ops.append(("text", "regular", 9, 72 + 12 * (0 < k < 4), y, text))
+    path = tmp_path / "listing.pdf"
+    path.write_bytes(write_pdf([ops]))
+    result = label_pdf(path, "listing", "p", "listing", "train", LabelSettings(min_words=5), seen_hashes={})
+    labels = _labels(result.pages[0][2])
+    listed = [(label, text) for label, text in labels if "endfor;" in text.split()]
+    assert [label for label, _ in listed] == ["code"]
+    assert sorted(listed[0][1].split()) == sorted(" ".join(f"{k + 1} {t}" for k, t in enumerate(listing)).split())
+    assert not any(label == "paragraph" and text.isdigit() for label, text in labels)
+    assert [text for label, text in labels if label == "page_number"] == ["1"]  # the page's, at its foot
