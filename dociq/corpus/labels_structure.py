@@ -29,7 +29,10 @@ from dociq.corpus.labels_tagged import LabelledRegion, TableGrid
 from dociq.corpus.pdf_page import Line, PdfPageContent
 
 BAND = 0.1  # top/bottom fraction of the page where running headers, footers and page numbers live
-_PAGE_NUMBER = re.compile(r"^(page|seite|p\.)?\s*([0-9]{1,4}|[ivxlc]{1,7})(\s*(/|of|von)\s*[0-9]{1,4})?$", re.I)
+# front matter numbers its pages in lower-case roman numerals; an upper-case "C" or "I" alone at a
+# page's edge is a change mark or a letter, and "civil" is a word
+_ROMAN = r"(?-i:(?=[ivxlc])(xc|xl|l?x{0,3})(ix|iv|v?i{0,3}))"
+_PAGE_NUMBER = re.compile(r"^(page|seite|p\.)?\s*([0-9]{1,4}|" + _ROMAN + r")(\s*(/|of|von)\s*[0-9]{1,4})?$", re.I)
 _CAPTION = re.compile(r"^(figure|fig\.|table|tab\.|listing|algorithm|abbildung|abb\.|tabelle|example)"
                       r"\s*[0-9ivxA-Z]+(\.[0-9]+)*[.:\u2014-]?", re.I)
 _BULLET = re.compile(r"^([\u2022\u25e6\u2023\u2043\u2219\u00b7\u25aa\u25cf\u25cb\u25a0\u25b6\u25ba\u2013\u2014*\u2212-]"

@@ -229,3 +229,15 @@ def test_a_listings_line_numbers_belong_to_its_lines(tmp_path, number_x, top):
     assert sorted(listed[0][1].split()) == sorted(" ".join(f"{k + 1} {t}" for k, t in enumerate(listing)).split())
     assert not any(label == "paragraph" and text.isdigit() for label, text in labels)
     assert [text for label, text in labels if label == "page_number"] == ["1"]  # the page's, at its foot
+
+
+def test_a_page_number_is_a_number_or_a_lower_case_roman_one(tmp_path):
+    """Front matter numbers pages i, ii, xiv; a capital "C" at the page's top edge (a change mark in
+    Knuth's WEB listings) is no page number."""
+    ops = [op for op in manual_pages(1)[0] if op[-1] != "1"]  # the page's own number goes
+    ops += [("text", "regular", 10, 540, 770, "C"), ("text", "regular", 10, 300, 40, "xiv")]
+    path = tmp_path / "front.pdf"
+    path.write_bytes(write_pdf([ops]))
+    result = label_pdf(path, "front", "p", "front", "train", LabelSettings(min_words=5), seen_hashes={})
+    labels = _labels(result.pages[0][2])
+    assert [text for label, text in labels if label == "page_number"] == ["xiv"]
