@@ -127,12 +127,11 @@ def test_words_past_the_ocr_budget_are_reported(predictor, caplog):
 
 
 def test_snap_to_words_snaps_every_returned_mask(predictor):
-    from dociq.models.word_snap import ink_map, snap_to_words
+    from dociq.models.word_snap import snap_to_words
 
     vocab = "install the package then run the command".split()
     words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
     page = np.full((500, 1000, 3), 255, np.uint8)
-    page[400:, :500] = (40, 60, 200)  # a drawing: a part spilling onto it is not snapped
     predictor.set_image(page, words=words, word_boxes=boxes)
     with predictor.snapping(None):
         raw, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
@@ -141,11 +140,11 @@ def test_snap_to_words_snaps_every_returned_mask(predictor):
         snapped, _ = predictor.predict(question=["all paragraphs", "where is the command?"])
     assert predictor.snap == "blocks"                  # the default, back after the block
     for r, s in zip(raw, snapped):
-        assert np.array_equal(s, snap_to_words(r, np.asarray(boxes, float), ink=ink_map(page)))
+        assert np.array_equal(s, snap_to_words(r, np.asarray(boxes, float)))
 
 
 def test_snap_blocks_completes_each_prompts_masks_with_its_own_click_and_box(predictor):
-    from dociq.models.word_snap import ink_map, snap_to_blocks
+    from dociq.models.word_snap import snap_to_blocks
 
     vocab = "install the package then run the command".split()
     words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
@@ -160,7 +159,7 @@ def test_snap_blocks_completes_each_prompts_masks_with_its_own_click_and_box(pre
     assert completed.shape == raw.shape
     for q in range(2):
         for c in range(3):
-            expect = snap_to_blocks(raw[q, c], boxes, words, points[q], np.ones(1), box[q], ink=ink_map(page))
+            expect = snap_to_blocks(raw[q, c], boxes, words, points[q], np.ones(1), box[q])
             assert np.array_equal(completed[q, c], expect)
         x0, y0, x1, y1 = box[q].astype(int)
         outside = np.ones(completed.shape[-2:], bool)

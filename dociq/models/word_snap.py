@@ -30,16 +30,6 @@ PART_ON_WORD = 0.5
 # A part is snapped when its words' bounding box holds at least this share of it; otherwise the
 # part is not a text region (a figure with a caption inside, a drawing with labels).
 TEXT_SHARE = 0.7
-# A part that spills past the words of one line onto blank page is text all the same (the
-# decoder's stride-4 blob around a page number's digit, a heading's line): a part at most SPILL x
-# its words' box is snapped when at most BLANK_INK of its pixels outside that box are ink. Larger
-# parts, and parts over several lines, keep the rule above: a drawing of thin lines is mostly blank
-# page too.
-SPILL = 4.0
-BLANK_INK = 0.02
-# ... a pixel being ink when it differs from the page's background colour by more than this in a
-# channel (0-255).
-INK_CONTRAST = 40
 # A text block is completed when at least this share of its words are in the mask. On held-out
 # real pages a quarter beat a half by 4 points on reading questions; a half keeps more of the
 # decoder's own cut on forms and tables (docs/experiments.md, 2026-11-26, "Masks completed to text
@@ -118,27 +108,17 @@ def word_members(mask: np.ndarray, boxes: np.ndarray, parts=None) -> np.ndarray:
     return members
 
 
-def ink_map(image: np.ndarray) -> np.ndarray:
-    """bool [H, W]: the pixels of a page image (uint8 [H, W, 3] or [H, W]) that differ from its
-    background colour (the per-channel median) by more than INK_CONTRAST."""
-    image = np.asarray(image)
-    pixels = image.reshape(*image.shape[:2], -1).astype(np.int16)
-    background = np.median(pixels[::7, ::7].reshape(-1, pixels.shape[-1]), axis=0)
-    return (np.abs(pixels - background) > INK_CONTRAST).any(-1)
-
-
-def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray, ink: np.ndarray | None = None) -> np.ndarray:
+def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     """mask bool [H, W]; word_boxes [K, 4] x0, y0, x1, y1 in the mask's pixels (x1, y1
-    exclusive); ink bool [H, W] (`ink_map` of the page, optional: a part that spills onto blank page
-    is snapped too) -> the snapped bool mask [H, W]. The input is not modified."""
+    exclusive) -> the snapped bool mask [H, W]. The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not mask.any() or not len(boxes):
         return mask.copy()
-    return _snapped(mask, _pixel_boxes(boxes, mask.shape), ink)[0]
+    return _snapped(mask, _pixel_boxes(boxes, mask.shape))[0]
 
 
-def _snapped(mask: np.ndarray, boxes: np.ndarray, ink: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the snapped mask, `word_members` bool [K]) of a non-empty mask and pixel boxes [K, 4] (an
     empty box is never a member: no share of it is inside)."""
     parts = _parts(mask)
@@ -161,32 +141,17 @@ def _snapped(mask: np.ndarray, boxes: np.ndarray, ink: np.ndarray | None = None)
         # a part smaller than its words' box cannot be a figure around them: it is a word-sized
         # blob, held as a word holds it (PART_ON_WORD)
         small = sizes[part - 1] < (bx1 - bx0) * (by1 - by0)
-        one_line = by1 - by0 <= 1.5 * (words[:, 3] - words[:, 1]).max()
-        spill = ink is not None and one_line and sizes[part - 1] <= SPILL * (bx1 - bx0) * (by1 - by0)
-        if held < (PART_ON_WORD if small else TEXT_SHARE) * sizes[part - 1] and not (
-                spill and _blank_around(region, (r0, c0), (bx0, by0, bx1, by1), ink)):
+        if held < (PART_ON_WORD if small else TEXT_SHARE) * sizes[part - 1]:
             continue
         inside[region] = False
         out[by0:by1, bx0:bx1] = True
     return out, members
 
 
-def _blank_around(region: np.ndarray, corner: tuple[int, int], words_box, ink: np.ndarray) -> bool:
-    """Whether a mask part (bool `region` whose [0, 0] is page pixel `corner` (row, column)) covers
-    blank page outside its words' box: at most BLANK_INK of those pixels are ink."""
-    r0, c0 = corner
-    rows, cols = region.shape
-    outside = region.copy()
-    bx0, by0, bx1, by1 = words_box
-    outside[max(by0 - r0, 0):max(by1 - r0, 0), max(bx0 - c0, 0):max(bx1 - c0, 0)] = False
-    count = outside.sum()
-    return count == 0 or ink[r0:r0 + rows, c0:c0 + cols][outside].sum() <= BLANK_INK * count
-
-
 def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                    clicks: np.ndarray | None = None, click_labels: np.ndarray | None = None,
                    box: np.ndarray | None = None, min_share: float = BLOCK_SHARE,
-                   blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None) -> np.ndarray:
+                   blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
     the block's words, and a box prompt's mask is kept inside its box.
 
@@ -197,11 +162,11 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     in the mask, or when a positive click lands inside it (a click on a paragraph means the
     paragraph, not the line under the cursor); a block holding a negative click is never
     completed. `blocks` (word indices per block) saves regrouping the page's words for each of
-    many masks; `ink` as `snap_to_words` takes it. The input is not modified."""
+    many masks. The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
     boxes = _pixel_boxes(word_boxes, mask.shape)
     if mask.any() and len(boxes):
-        out, members = _snapped(mask, boxes, ink)
+        out, members = _snapped(mask, boxes)
     else:
         out, members = mask.copy(), np.zeros(len(boxes), bool)
     if len(boxes):

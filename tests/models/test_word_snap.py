@@ -153,30 +153,6 @@ def test_a_part_smaller_than_its_word_means_that_word():
     assert out[150:173, 40:160].all() and not out[180:186].any()
 
 
-def test_a_blob_around_a_word_on_blank_page_means_that_word_but_not_on_a_drawing():
-    """The decoder's blob around a page number is twice the digit's box (held 0.3 < TEXT_SHARE): on
-    blank page it is the word; the same blob over a drawing around the word stays as predicted."""
-    from dociq.models.word_snap import ink_map, snap_to_blocks
-
-    digit = np.array([[392, 992, 398, 1004]], float)          # a folio's 6 x 12 px digit
-    words = np.vstack([digit, _paragraph()])
-    mask = np.zeros((1024, 800), bool)
-    mask[988:1008, 389:401] = True                            # 240 px, 72 of them on the digit
-    page = np.full((1024, 800, 3), 255, np.uint8)
-    page[994:1002, 393:397] = 0                               # the digit's ink
-    expect = np.zeros_like(mask)
-    expect[992:1004, 392:398] = True
-    assert np.array_equal(snap_to_words(mask, words), mask)   # without the page: a figure's part
-    assert np.array_equal(snap_to_words(mask, words, ink=ink_map(page)), expect)
-    assert np.array_equal(snap_to_blocks(mask, words, ink=ink_map(page)), expect)
-    drawn = page.copy()
-    drawn[985:1010, 385:405] = (30, 90, 200)                  # a coloured badge drawn round it
-    assert np.array_equal(snap_to_words(mask, words, ink=ink_map(drawn)), mask)
-    wide = np.zeros_like(mask)
-    wide[900:1020, 300:500] = True                            # far more than the digit: a figure's part
-    assert np.array_equal(snap_to_words(wide, words, ink=ink_map(page)), wide)
-
-
 def test_a_value_beside_a_column_of_labels_is_completed_alone():
     from dociq.data.text_blocks import group_blocks
     from dociq.models.word_snap import field_values, snap_to_blocks
