@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+from torch.utils.data import Subset
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.schema import REGION_CLASSES, Page
@@ -55,19 +56,8 @@ def pick_pages_per_package(dataset, per_package: int, seed: int = 0) -> list[int
     chosen = []
     for package in packages:
         ids = [i for i in range(len(dataset)) if dataset.page_meta(i)["package"] == package]
-        chosen += [ids[k] for k in pick_pages(_Subset(dataset, ids), per_package, seed)]
+        chosen += [ids[k] for k in pick_pages(Subset(dataset, ids), per_package, seed)]
     return chosen
-
-
-class _Subset:
-    def __init__(self, dataset, ids):
-        self.dataset, self.ids = dataset, ids
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, k):
-        return self.dataset[self.ids[k]]
 
 
 def draw_audit(corpus, out_png, pages: int = 50, split: str = "train", seed: int = 0,
