@@ -101,8 +101,8 @@ class _Labeller:
 
     # -- page furniture -------------------------------------------------------------------------
     def furniture(self) -> None:
-        # a listing's line number is no page number, at the top of a page too
-        listing = {number for run in self.line_number_columns() for number, _ in run}
+        # a listing's line number is no page number, at the top of a page too; nor is "§8"'s number
+        listing = {number for run in self.line_number_columns() for number, _ in run} | self.section_numbers()
         lines = self.free_lines()
         if lines:  # a lone number on the first or last row of the page is its number
             top, bottom = min(lines, key=lambda ln: ln.box[1]), max(lines, key=lambda ln: ln.box[3])
@@ -132,6 +132,40 @@ class _Labeller:
                 self.add("page_number", [words[-1]])
                 words = words[:-1]
             self.add("page_header" if band == "top" else "page_footer", words)
+        self.running_rows()
+
+    def section_numbers(self) -> set[int]:
+        """First words of lines that follow a section mark ("§", "¶") on their row within an em:
+        Knuth's running heads read "§8 The CTIE processor", set as two lines."""
+        marks = [line for line in self.c.lines if self.c.words[line.word_ids[-1]].text.endswith(("§", "¶"))]
+        return {line.word_ids[0] for line in self.c.lines for mark in marks
+                if line is not mark and _rows_overlap(line, mark) and -0.5 * self.em <= line.box[0] - mark.box[2] <= self.em}
+
+    def running_rows(self) -> None:
+        """A running head is often set in pieces along the page's outer row ("§77 BibTeX  THE HASH
+        TABLE  27"): the section mark and the document's name repeat from page to page, the chapter's
+        title does not. Once one piece of that row is furniture, its other pieces in body size or
+        smaller are the header's (the footer's) too, and pieces closer than two ems are one region."""
+        furniture = {"page_header", "page_footer", "page_number"}
+        marked = {i for r in self.regions if r.label in furniture for i in r.word_ids}
+        outer = [line for line in self.c.lines if band_of(line, self.c)]
+        for line in self.free_lines():
+            band = band_of(line, self.c)
+            if band is None or line.size > 1.2 * self.ctx.body_size or not self.on_edge(line, band):
+                continue
+            if any(_same_row(line, other) and marked.intersection(other.word_ids) for other in outer):
+                self.add("page_header" if band == "top" else "page_footer", line.word_ids)
+        for label in ("page_header", "page_footer"):
+            self._join_row_pieces(label)
+
+    def _join_row_pieces(self, label: str) -> None:
+        pieces = sorted((r for r in self.regions if r.label == label), key=lambda r: r.box[0])
+        for a, b in zip(pieces, pieces[1:]):
+            rows_meet = min(a.box[3], b.box[3]) - max(a.box[1], b.box[1]) > 0
+            if rows_meet and b.box[0] - a.box[2] <= 2 * self.em:
+                b.word_ids = sorted(set(a.word_ids) | set(b.word_ids))
+                b.box = union([a.box, b.box])
+                self.regions = [r for r in self.regions if r is not a]
 
     def on_edge(self, line: Line, band: str) -> bool:
         """Whether no line of the page lies wholly above (`band` "top") or below ("bottom") this one:
@@ -462,6 +496,11 @@ def _clusters(boxes: list[Box], gap: float) -> list[Box]:
 
 def _same_row(a: Line, b: Line) -> bool:
     return abs((a.box[1] + a.box[3]) / 2 - (b.box[1] + b.box[3]) / 2) <= 0.4 * max(min(a.height, b.height), 1.0)
+
+
+def _rows_overlap(a: Line, b: Line) -> bool:
+    """A raised mark ("§" set above the baseline) and the word after it share half a line's height."""
+    return min(a.box[3], b.box[3]) - max(a.box[1], b.box[1]) >= 0.5 * min(a.height, b.height)
 
 
 def _consecutive(lines: list[Line], em: float, max_gap: float = 0.6) -> list[list[Line]]:
