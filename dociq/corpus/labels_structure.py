@@ -128,18 +128,19 @@ class _Labeller:
             if len(words) > 1 and _PAGE_NUMBER.match(first):
                 self.add("page_number", [words[0]])
                 words = words[1:]
-            elif len(words) > 1 and _PAGE_NUMBER.match(last):
+            elif len(words) > 1 and _PAGE_NUMBER.match(last) and words[-1] not in listing:
                 self.add("page_number", [words[-1]])
                 words = words[:-1]
             self.add("page_header" if band == "top" else "page_footer", words)
         self.running_rows()
 
     def section_numbers(self) -> set[int]:
-        """First words of lines that follow a section mark ("§", "¶") on their row within an em:
-        Knuth's running heads read "§8 The CTIE processor", set as two lines."""
-        marks = [line for line in self.c.lines if self.c.words[line.word_ids[-1]].text.endswith(("§", "¶"))]
-        return {line.word_ids[0] for line in self.c.lines for mark in marks
-                if line is not mark and _rows_overlap(line, mark) and -0.5 * self.em <= line.box[0] - mark.box[2] <= self.em}
+        """Words that follow a section mark ("§", "¶") on its row within an em: Knuth's running heads
+        read "§8 The CTIE processor", the mark raised, the number a word (or a line) of its own."""
+        words = self.c.words
+        marks = [i for i, w in enumerate(words) if w.text.endswith(("§", "¶"))]
+        return {j for i in marks for j in range(len(words)) if j != i and _boxes_share_row(words[i].box, words[j].box)
+                and -0.5 * self.em <= words[j].box[0] - words[i].box[2] <= self.em}
 
     def running_rows(self) -> None:
         """A running head is often set in pieces along the page's outer row ("§77 BibTeX  THE HASH
@@ -498,9 +499,9 @@ def _same_row(a: Line, b: Line) -> bool:
     return abs((a.box[1] + a.box[3]) / 2 - (b.box[1] + b.box[3]) / 2) <= 0.4 * max(min(a.height, b.height), 1.0)
 
 
-def _rows_overlap(a: Line, b: Line) -> bool:
+def _boxes_share_row(a: Box, b: Box) -> bool:
     """A raised mark ("§" set above the baseline) and the word after it share half a line's height."""
-    return min(a.box[3], b.box[3]) - max(a.box[1], b.box[1]) >= 0.5 * min(a.height, b.height)
+    return min(a[3], b[3]) - max(a[1], b[1]) >= 0.5 * min(a[3] - a[1], b[3] - b[1])
 
 
 def _consecutive(lines: list[Line], em: float, max_gap: float = 0.6) -> list[list[Line]]:
