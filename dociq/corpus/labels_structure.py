@@ -102,7 +102,7 @@ class _Labeller:
     # -- page furniture -------------------------------------------------------------------------
     def furniture(self) -> None:
         # a listing's line number is no page number, at the top of a page too; nor is "§8"'s number
-        listing = {number for run in self.line_number_columns() for number, _ in run} | self.section_numbers()
+        not_page_numbers = {number for run in self.line_number_columns() for number, _ in run} | self.section_numbers()
         lines = self.free_lines()
         if lines:  # a lone number on the first or last row of the page is its number
             top, bottom = min(lines, key=lambda ln: ln.box[1]), max(lines, key=lambda ln: ln.box[3])
@@ -110,11 +110,11 @@ class _Labeller:
                 edge = (_same_row(line, top) and line.box[3] <= 0.25 * self.c.height) or (
                     _same_row(line, bottom) and line.box[1] >= 0.75 * self.c.height)
                 if edge and _PAGE_NUMBER.match(self.c.line_text(line).strip()) and line.word_ids[0] in self.free \
-                        and line.word_ids[0] not in listing:
+                        and line.word_ids[0] not in not_page_numbers:
                     self.add("page_number", line.word_ids)
         for line in self.free_lines():
             band = band_of(line, self.c)
-            if band is None or line.word_ids[0] in listing:
+            if band is None or line.word_ids[0] in not_page_numbers:
                 continue
             text = self.c.line_text(line)
             words = line.word_ids
@@ -128,7 +128,7 @@ class _Labeller:
             if len(words) > 1 and _PAGE_NUMBER.match(first):
                 self.add("page_number", [words[0]])
                 words = words[1:]
-            elif len(words) > 1 and _PAGE_NUMBER.match(last) and words[-1] not in listing:
+            elif len(words) > 1 and _PAGE_NUMBER.match(last) and words[-1] not in not_page_numbers:
                 self.add("page_number", [words[-1]])
                 words = words[:-1]
             self.add("page_header" if band == "top" else "page_footer", words)
