@@ -243,23 +243,27 @@ def test_a_page_number_is_a_number_or_a_lower_case_roman_one(tmp_path):
     assert [text for label, text in labels if label == "page_number"] == ["xiv"]
 
 
+def _labels_under_head(tmp_path, head, drop_page_number: bool = False) -> list[list[tuple[str, str]]]:
+    """Labels of three manual pages whose running header is replaced by `head(k)`'s text ops."""
+    pages = []
+    for k, ops in enumerate(manual_pages(3)):
+        drop = {"Corpus Builder Reference Manual"} | ({str(k + 1)} if drop_page_number else set())
+        pages.append([op for op in ops if op[-1] not in drop] + head(k))
+    path = tmp_path / "head.pdf"
+    path.write_bytes(write_pdf(pages))
+    result = label_pdf(path, "head", "p", "head", "train", LabelSettings(min_words=5), seen_hashes={})
+    assert len(result.pages) == 3
+    return [_labels(record) for _, _, record in result.pages]
+
+
 def test_a_running_head_set_in_pieces_is_one_header_row(tmp_path):
     """Knuth's WEB listings head each page "§77 BibTeX   THE HASH TABLE   27": the section mark and
     the name repeat, the chapter's title does not. The title is the header's too (no paragraph), and
     pieces set side by side are one region."""
     titles = ["THE HASH TABLE", "READING THE DATABASE", "SORTING THE ENTRIES"]
-    pages = []
-    for k, ops in enumerate(manual_pages(3)):
-        ops = [op for op in ops if op[-1] != "Corpus Builder Reference Manual"]
-        ops += [("text", "regular", 9, 72, 750, f"[{10 * k + 17}]"), ("text", "regular", 9, 102, 750, "BibTeX"),
-                ("text", "regular", 9, 260, 750, titles[k])]
-        pages.append(ops)
-    path = tmp_path / "web.pdf"
-    path.write_bytes(write_pdf(pages))
-    result = label_pdf(path, "web", "p", "web", "train", LabelSettings(min_words=5), seen_hashes={})
-    assert len(result.pages) == 3
-    for _, _, record in result.pages:
-        labels = _labels(record)
+    for labels in _labels_under_head(tmp_path, lambda k: [
+            ("text", "regular", 9, 72, 750, f"[{10 * k + 17}]"), ("text", "regular", 9, 102, 750, "BibTeX"),
+            ("text", "regular", 9, 260, 750, titles[k])]):
         k = next(i for i, t in enumerate(titles) if any(t == text for _, text in labels))
         assert sorted(t for label, t in labels if label == "page_header") == sorted([f"[{10 * k + 17}] BibTeX", titles[k]])
         assert [t for label, t in labels if label == "page_number"] == [str(k + 1)]
@@ -270,19 +274,10 @@ def test_a_section_number_in_the_running_head_is_no_page_number(tmp_path, raised
     """Knuth's "§8 The CTIE processor ... 3", the mark raised above the number: the number after the
     section mark is the header's, the page's number is the one at the row's end."""
     titles = ["INPUT AND OUTPUT", "FILE HANDLING", "REPORTING ERRORS"]
-    pages = []
-    for k, ops in enumerate(manual_pages(3)):
-        ops = [op for op in ops if op[-1] not in ("Corpus Builder Reference Manual", str(k + 1))]
-        ops += [("text", "regular", 9, 72, 750 + raised, "§"), ("text", "regular", 9, 78, 750, str(10 * k + 8)),
-                ("text", "regular", 9, 120, 750, "The CTIE processor"), ("text", "regular", 9, 260, 750, titles[k]),
-                ("text", "regular", 9, 530, 750, str(k + 3))]
-        pages.append(ops)
-    path = tmp_path / "ctie.pdf"
-    path.write_bytes(write_pdf(pages))
-    result = label_pdf(path, "ctie", "p", "ctie", "train", LabelSettings(min_words=5), seen_hashes={})
-    assert len(result.pages) == 3
-    for _, _, record in result.pages:
-        labels = _labels(record)
+    for labels in _labels_under_head(tmp_path, lambda k: [
+            ("text", "regular", 9, 72, 750 + raised, "§"), ("text", "regular", 9, 78, 750, str(10 * k + 8)),
+            ("text", "regular", 9, 120, 750, "The CTIE processor"), ("text", "regular", 9, 260, 750, titles[k]),
+            ("text", "regular", 9, 530, 750, str(k + 3))], drop_page_number=True):
         k = next(i for i, t in enumerate(titles) if any(t == text for _, text in labels))
         assert [t for label, t in labels if label == "page_number"] == [str(k + 3)]
         headers = [t for label, t in labels if label == "page_header"]
