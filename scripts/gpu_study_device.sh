@@ -5,6 +5,9 @@
 # the pretraining's metrics, the logs and learning curves, and the pretrained weights in bf16).
 #
 #   run(command="PRETRAIN_SECONDS=150 FINETUNE_SECONDS=180 STUDY_TIMEOUT=540 bash .gpu/run.sh", carry=[".gpu"])
+#
+# BENCH_OPTIM="--optimizers ..." then runs scripts/bench_optim.py --device cuda with those arguments
+# (within BENCH_TIMEOUT) and brings back its JSON and table.
 set -uo pipefail
 START=$(date +%s)
 mkdir -p /tmp/site data
@@ -19,18 +22,29 @@ echo "setup took $(( $(date +%s) - START )) s"
 W=outputs/gpu_study
 WORK=$W timeout "${STUDY_TIMEOUT:-530}" bash scripts/pretraining_study_gpu.sh
 echo "study rc=$? after $(( $(date +%s) - START )) s"
+if [ -n "${BENCH_OPTIM:-}" ]; then
+  read -r -a BENCH_ARGS <<< "$BENCH_OPTIM"
+  timeout "${BENCH_TIMEOUT:-60}" python3 scripts/bench_optim.py --device cuda --no-plots \
+      --json "$OUT/bench_optim_cuda.json" "${BENCH_ARGS[@]}" > "$OUT/bench_optim_cuda.txt" 2>&1
+  echo "bench rc=$? after $(( $(date +%s) - START )) s"
+fi
 cp /tmp/machine.txt "$OUT/" 2>/dev/null
 cp $W/study.json $W/timings.txt "$OUT/" 2>/dev/null
 cp $W/pretrain/csv/metrics.csv "$OUT/pretrain_metrics.csv" 2>/dev/null
 tar -czf "$OUT/logs.tar.gz" $W/*.log $W/smoke/*/fit-profile.txt $W/smoke/*/csv/metrics.csv $W/finetune/*/csv/metrics.csv \
     $W/finetune/*/train_stdout.log $W/pretrain/.hydra $W/finetune/*/eval_real*.json 2>/dev/null
 python3 - <<'PY'
-import os, torch
-p = "outputs/gpu_study/pretrain/checkpoints/last.ckpt"
-if os.path.exists(p):   # the pretrained weights, small enough to come back (init.from reads them)
+import glob, os, torch
+# the pretrained weights, small enough to come back (init.from reads them; the EMA target encoder
+# too, for the probe's ':target'): last.ckpt, or the newest validation's when the time limit came first
+found = glob.glob("outputs/gpu_study/pretrain/checkpoints/last.ckpt") or \
+    sorted(glob.glob("outputs/gpu_study/pretrain/checkpoints/step_*.ckpt"))[-1:]
+if found:
+    p = found[0]
+    print("exporting", p)
     c = torch.load(p, map_location="cpu", weights_only=False)
     sd = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in c["state_dict"].items()
-          if k.startswith("model.")}
+          if k.startswith(("model.", "target_encoder."))}
     torch.save({"state_dict": sd, "global_step": c["global_step"], "hyper_parameters": c["hyper_parameters"]},
                os.path.join(os.environ["OUT"], "pretrain_model_bf16.ckpt"))
 PY

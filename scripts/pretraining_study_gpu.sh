@@ -11,6 +11,9 @@
 #
 #   CORPUS=data/corpus_384 WORK=outputs/gpu_study bash scripts/pretraining_study_gpu.sh
 #
+# FINETUNE_SECONDS=0 stops after the pretraining (no fine-tuning smoke either): the arms are then trained
+# elsewhere, e.g. on the CPU with scripts/eval_pretraining.py --pretrain-ckpt <its last.ckpt>.
+#
 # Writes WORK/study.json (the eval_pretraining JSON), WORK/pretrain/ (the run) and WORK/timings.txt.
 # docs/pretrain.md, "At GPU scale", describes the study; tests/test_eval_pretraining.py runs it on the CPU.
 set -euo pipefail
@@ -21,6 +24,7 @@ PRETRAIN_SECONDS=${PRETRAIN_SECONDS:-180}
 FINETUNE_SECONDS=${FINETUNE_SECONDS:-240}
 PRETRAIN_BATCH=${PRETRAIN_BATCH:-64}
 PRETRAIN_WORKERS=${PRETRAIN_WORKERS:-12}
+PRETRAIN_VALIDATIONS=${PRETRAIN_VALIDATIONS:-2}   # validations (each with the probe) after the one at step 0
 GENRE=${GENRE:-python3.11-doc}
 FINETUNE_SIZE=${FINETUNE_SIZE:-384}
 MAX_FINETUNE_STEPS=${MAX_FINETUNE_STEPS:-1200}
@@ -67,40 +71,47 @@ $PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_chec
     "paths.output_dir=$WORK/smoke/pretrain" $(profiled "$WORK/smoke/pretrain") > "$WORK/smoke_pretrain.log" 2>&1
 T_PRETRAIN=$(step_seconds "$WORK/smoke/pretrain")
 T_VALIDATION=$(validation_seconds "$WORK/smoke/pretrain/fit-profile.txt")
-stamp "smoke: $JOBS fine-tuning runs side by side (pretraining step ${T_PRETRAIN}s, validation with probe ${T_VALIDATION}s)"
-pids=()
-for i in $(seq 1 "$JOBS"); do
-  OMP_NUM_THREADS=1 $PY train.py "${FINETUNE[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" trainer.log_every_n_steps=1 seed=$i \
-      "init.from=$WORK/smoke/pretrain/checkpoints/last.ckpt" "paths.output_dir=$WORK/smoke/finetune_$i" \
-      $(profiled "$WORK/smoke/finetune_$i") > "$WORK/smoke_finetune_$i.log" 2>&1 &
-  pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-T_FINETUNE=$(for i in $(seq 1 "$JOBS"); do step_seconds "$WORK/smoke/finetune_$i"; done | sort -g | tail -1)
-stamp "smoke: held-out evaluation (fine-tuning step ${T_FINETUNE}s with $JOBS side by side)"
-$PY - "$WORK/smoke/finetune_1/checkpoints/last.ckpt" "$CORPUS" <<'EOF' > "$WORK/smoke_eval.log" 2>&1
+if [ "$FINETUNE_SECONDS" -gt 0 ]; then
+  stamp "smoke: $JOBS fine-tuning runs side by side (pretraining step ${T_PRETRAIN}s, validation with probe ${T_VALIDATION}s)"
+  pids=()
+  for i in $(seq 1 "$JOBS"); do
+    OMP_NUM_THREADS=1 $PY train.py "${FINETUNE[@]}" "trainer.max_steps=$SMOKE_STEPS" "trainer.val_check_interval=$SMOKE_STEPS" trainer.log_every_n_steps=1 seed=$i \
+        "init.from=$WORK/smoke/pretrain/checkpoints/last.ckpt" "paths.output_dir=$WORK/smoke/finetune_$i" \
+        $(profiled "$WORK/smoke/finetune_$i") > "$WORK/smoke_finetune_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  T_FINETUNE=$(for i in $(seq 1 "$JOBS"); do step_seconds "$WORK/smoke/finetune_$i"; done | sort -g | tail -1)
+  stamp "smoke: held-out evaluation (fine-tuning step ${T_FINETUNE}s with $JOBS side by side)"
+  $PY - "$WORK/smoke/finetune_1/checkpoints/last.ckpt" "$CORPUS" <<'EOF' > "$WORK/smoke_eval.log" 2>&1
 import sys
 sys.path.insert(0, "scripts")
 from eval_pretraining import evaluate_checkpoint
 print(evaluate_checkpoint(sys.argv[1], sys.argv[2], 8, None)["question"])
 EOF
+else
+  stamp "smoke done (pretraining step ${T_PRETRAIN}s, validation with probe ${T_VALIDATION}s); no fine-tuning here"
+  T_FINETUNE=1
+fi
 
 # the budgets as steps: pretraining as long as PRETRAIN_SECONDS allows, fine-tuning runs of equal
 # length that finish together in FINETUNE_SECONDS (16 runs: 8 arms x 2 seeds)
-# pretraining validates (and probes) at its start, half-way and at its end
+# pretraining validates (and probes) at its start and PRETRAIN_VALIDATIONS times, the last at its end
 read -r PRETRAIN_STEPS FINETUNE_STEPS < <($PY - "$T_PRETRAIN" "$T_FINETUNE" "$PRETRAIN_SECONDS" "$FINETUNE_SECONDS" \
-    "$JOBS" "$MAX_FINETUNE_STEPS" "$T_VALIDATION" <<'EOF'
+    "$JOBS" "$MAX_FINETUNE_STEPS" "$T_VALIDATION" "$PRETRAIN_VALIDATIONS" <<'EOF'
 import math, sys
-tp, tf, sp, sf, jobs, most, tv = map(float, sys.argv[1:])
+tp, tf, sp, sf, jobs, most, tv, nv = map(float, sys.argv[1:])
 runs = 16
-pretrain = max(20, int((sp - 3 * tv) / tp) // 20 * 20)
+step = 10 * int(nv)   # the validations fall on whole steps
+pretrain = max(step, int((sp - (nv + 1) * tv) / tp) // step * step)
 finetune = min(int(most), max(20, int(sf / (tf * math.ceil(runs / jobs))) // 20 * 20))
 print(pretrain, finetune)
 EOF
 )
 stamp "pretraining: $PRETRAIN_STEPS steps of $PRETRAIN_BATCH pages"
-$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$PRETRAIN_STEPS" "trainer.val_check_interval=$((PRETRAIN_STEPS / 2))" \
+$PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$PRETRAIN_STEPS" "trainer.val_check_interval=$((PRETRAIN_STEPS / PRETRAIN_VALIDATIONS))" \
     "optim.scheduler.warmup_steps=$((PRETRAIN_STEPS / 20))" "paths.output_dir=$WORK/pretrain" > "$WORK/pretrain.log" 2>&1
+if [ "$FINETUNE_SECONDS" -eq 0 ]; then stamp "done (pretraining only)"; exit 0; fi
 stamp "fine-tuning: 16 runs of $FINETUNE_STEPS steps, $JOBS at a time, then evaluation"
 $PY scripts/eval_pretraining.py --json "$WORK/study.json" --corpus "$CORPUS" --workdir "$WORK/finetune" \
     --pretrain-ckpt "$WORK/pretrain/checkpoints/last.ckpt" --jobs "$JOBS" --seeds 0 1 --genre-package "$GENRE" \
