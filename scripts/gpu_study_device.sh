@@ -2,12 +2,13 @@
 # Runs on the lent GPU machine, from the repository root there (packed by scripts/pack_gpu_study.sh
 # into .gpu/ with what that machine lacks): unpack, run scripts/pretraining_study_gpu.sh within
 # STUDY_TIMEOUT, and copy what comes back to $OUT (at most 8 files: the study JSON, timings,
-# the pretraining's metrics, the logs and learning curves, and the pretrained weights in bf16).
+# the pretraining's metrics, the logs and learning curves, and the pretrained weights in bf16:
+# pretrain_model_bf16.ckpt and pretrain_target_bf16.ckpt).
 #
 #   run(command="PRETRAIN_SECONDS=150 FINETUNE_SECONDS=180 STUDY_TIMEOUT=540 bash .gpu/run.sh", carry=[".gpu"])
 #
 # BENCH_OPTIM="--optimizers ..." then runs scripts/bench_optim.py --device cuda with those arguments
-# (within BENCH_TIMEOUT) and brings back its JSON and table.
+# (within BENCH_TIMEOUT) and brings back its JSON (its table is in logs.tar.gz).
 set -uo pipefail
 START=$(date +%s)
 mkdir -p /tmp/site data
@@ -25,7 +26,7 @@ echo "study rc=$? after $(( $(date +%s) - START )) s"
 if [ -n "${BENCH_OPTIM:-}" ]; then
   read -r -a BENCH_ARGS <<< "$BENCH_OPTIM"
   timeout "${BENCH_TIMEOUT:-60}" python3 scripts/bench_optim.py --device cuda --no-plots \
-      --json "$OUT/bench_optim_cuda.json" "${BENCH_ARGS[@]}" > "$OUT/bench_optim_cuda.txt" 2>&1
+      --json "$OUT/bench_optim_cuda.json" "${BENCH_ARGS[@]}" > "$W/bench_optim_cuda.log" 2>&1
   echo "bench rc=$? after $(( $(date +%s) - START )) s"
 fi
 cp /tmp/machine.txt "$OUT/" 2>/dev/null
@@ -35,17 +36,18 @@ tar -czf "$OUT/logs.tar.gz" $W/*.log $W/smoke/*/fit-profile.txt $W/smoke/*/csv/m
     $W/finetune/*/train_stdout.log $W/pretrain/.hydra $W/finetune/*/eval_real*.json 2>/dev/null
 python3 - <<'PY'
 import glob, os, torch
-# the pretrained weights, small enough to come back (init.from reads them; the EMA target encoder
-# too, for the probe's ':target'): last.ckpt, or the newest validation's when the time limit came first
+# the pretrained weights in bf16, small enough to come back: the online model (init.from reads it)
+# and the EMA target encoder (for the probe's ':target') as two files, each under the 16 MiB a file
+# may have; last.ckpt, or the newest validation's when the time limit came first
 found = glob.glob("outputs/gpu_study/pretrain/checkpoints/last.ckpt") or \
     sorted(glob.glob("outputs/gpu_study/pretrain/checkpoints/step_*.ckpt"))[-1:]
 if found:
-    p = found[0]
-    print("exporting", p)
-    c = torch.load(p, map_location="cpu", weights_only=False)
-    sd = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in c["state_dict"].items()
-          if k.startswith(("model.", "target_encoder."))}
-    torch.save({"state_dict": sd, "global_step": c["global_step"], "hyper_parameters": c["hyper_parameters"]},
-               os.path.join(os.environ["OUT"], "pretrain_model_bf16.ckpt"))
+    print("exporting", found[0])
+    c = torch.load(found[0], map_location="cpu", weights_only=False)
+    for part, prefix in (("model", "model."), ("target", "target_encoder.")):
+        sd = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in c["state_dict"].items()
+              if k.startswith(prefix)}
+        torch.save({"state_dict": sd, "global_step": c["global_step"], "hyper_parameters": c["hyper_parameters"]},
+                   os.path.join(os.environ["OUT"], f"pretrain_{part}_bf16.ckpt"))
 PY
 ls -la "$OUT"; tail -30 $W/study.log 2>/dev/null
