@@ -6,9 +6,10 @@
 
 The figure goes to <run dir>/losses.png unless --out is given (never into docs/ by default).
 The stage is read from the columns:
-- pretraining: one panel per loss (D-JEPA, MLM, MIM, total): training steps as a thin line plus a
-  smoothed line, validation as markers; a last panel shows the collapse signals (std across pages of
-  the target, predicted and — with task.reg on — online context features);
+- pretraining: one panel per loss (D-JEPA, MLM, MIM, total) and MLM accuracy: training steps as a
+  thin line plus a smoothed line, validation as markers; then the collapse signals (std across pages
+  of the target, predicted and — with task.reg on — online context features) and, when the run
+  logged it, the image encoder's unit-class probe (online and EMA target, callbacks.unit_probe);
 - fine-tuning (val/miou logged): the losses (focal, dice, IoU head, word grounding, total), then
   validation mIoU per prompt set (question: val/miou, box: val/box_miou, ...) and per region kind.
 Prints a first/last table of every loss (and mIoU).
@@ -28,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 LOSSES = (("djepa", "D-JEPA (smooth-L1)"), ("jepa", "I-JEPA (smooth-L1)"), ("mlm", "MLM (cross-entropy)"),
           ("mim", "MIM (pixel MSE)"), ("loss", "total (weighted)"),
-          ("unexplained", "JEPA MSE / target variance"))
+          ("unexplained", "JEPA MSE / target variance"), ("mlm_acc", "MLM accuracy (masked words)"))
 COLLAPSE = (("target_std", "target feature std"), ("pred_std", "predicted feature std"),
             ("content_std", "online content std"))
 FINETUNE_LOSSES = (("focal", "focal"), ("dice_loss", "dice"), ("iou_mse", "IoU head (MSE)"),
@@ -122,6 +123,15 @@ def _collapse_panel(ax, series: dict) -> None:
     ax.set_ylim(bottom=0)
 
 
+def _probe_panel(ax, series: dict) -> None:
+    for key, label, color in (("val/probe_bacc", "online encoder", "tab:blue"),
+                              ("val/probe_bacc_target", "EMA target", "tab:orange")):
+        if key in series:
+            steps, values = series[key]
+            ax.plot(steps, values, "o-", color=color, ms=4, lw=1.2, label=label)
+    ax.set_title("unit-class probe (balanced acc.)", fontsize=10)
+
+
 def _miou_panel(ax, series: dict, keys: list[str], title: str) -> None:
     for key in keys:
         steps, values = series[key]
@@ -148,6 +158,8 @@ def plot(series: dict, out: Path, title: str) -> list[str]:
             extra.append((_miou_panel, (kinds, "val mIoU per region kind (question prompts)")))
     else:
         extra.append((_collapse_panel, ()))
+        if "val/probe_bacc" in series:
+            extra.append((_probe_panel, ()))
     ncols = len(panels) + len(extra)
     fig, axes = plt.subplots(1, ncols, figsize=(3.6 * ncols, 3.2), squeeze=False)
     axes = list(axes[0])

@@ -188,6 +188,13 @@ def test_plot_losses_turns_a_csv_log_into_a_png(tmp_path, capsys):
     assert "train/mlm" in table and "10.0000" in table and "6.0000" in table
     assert plot_losses.main([str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+    # the probe and MLM accuracy, when the run logged them, get panels of their own
+    series = plot_losses.read_series(csv_path)
+    assert "unit-class probe (balanced acc.)" not in plot_losses.plot(series, out, "run")
+    series |= {"val/probe_bacc": ([0, 49], [0.2, 0.3]), "val/probe_bacc_target": ([0, 49], [0.2, 0.25]),
+               "val/mlm_acc": ([49], [0.25])}
+    titles = plot_losses.plot(series, out, "run")
+    assert titles[-1] == "unit-class probe (balanced acc.)" and "MLM accuracy (masked words)" in titles
     # without --out: into the run folder, not docs/img
     assert plot_losses.main([str(tmp_path / "run")]) == 0
     assert (tmp_path / "run" / "losses.png").read_bytes()[:4] == b"\x89PNG"
