@@ -32,7 +32,7 @@ SMOKE_STEPS=${SMOKE_STEPS:-40}   # at least 12: the step time is read over the l
 # PRETRAIN_STEPS: the pretraining's length outright instead of PRETRAIN_SECONDS / the smoke's step time.
 # The smoke's estimate is pessimistic on an H200: batches/s rose from ~2.5 at step 30 to ~8 after
 # step 200 (docs/pretrain.md, "2,400 steps on an H200").
-PRETRAIN_STEPS_SET=${PRETRAIN_STEPS:-}
+PRETRAIN_STEPS=${PRETRAIN_STEPS:-}
 TRAINER=${TRAINER:-gpu}
 EXTRA=${EXTRA:-}          # more Hydra overrides for every run (a CPU dry run: smaller pages)
 EVAL_PAGES=${EVAL_PAGES:-}  # held-out pages scored per checkpoint (default: all)
@@ -101,7 +101,7 @@ fi
 # the budgets as steps: pretraining as long as PRETRAIN_SECONDS allows, fine-tuning runs of equal
 # length that finish together in FINETUNE_SECONDS (16 runs: 8 arms x 2 seeds)
 # pretraining validates (and probes) at its start and PRETRAIN_VALIDATIONS times, the last at its end
-read -r PRETRAIN_STEPS FINETUNE_STEPS < <($PY - "$T_PRETRAIN" "$T_FINETUNE" "$PRETRAIN_SECONDS" "$FINETUNE_SECONDS" \
+read -r BUDGET_PRETRAIN_STEPS FINETUNE_STEPS < <($PY - "$T_PRETRAIN" "$T_FINETUNE" "$PRETRAIN_SECONDS" "$FINETUNE_SECONDS" \
     "$JOBS" "$MAX_FINETUNE_STEPS" "$T_VALIDATION" "$PRETRAIN_VALIDATIONS" <<'EOF'
 import math, sys
 tp, tf, sp, sf, jobs, most, tv, nv = map(float, sys.argv[1:])
@@ -112,7 +112,7 @@ finetune = min(int(most), max(20, int(sf / (tf * math.ceil(runs / jobs))) // 20 
 print(pretrain, finetune)
 EOF
 )
-PRETRAIN_STEPS=${PRETRAIN_STEPS_SET:-$PRETRAIN_STEPS}
+PRETRAIN_STEPS=${PRETRAIN_STEPS:-$BUDGET_PRETRAIN_STEPS}
 stamp "pretraining: $PRETRAIN_STEPS steps of $PRETRAIN_BATCH pages"
 $PY train.py "${PRETRAIN[@]}" "trainer.max_steps=$PRETRAIN_STEPS" "trainer.val_check_interval=$((PRETRAIN_STEPS / PRETRAIN_VALIDATIONS))" \
     "optim.scheduler.warmup_steps=$((PRETRAIN_STEPS / 20))" "paths.output_dir=$WORK/pretrain" > "$WORK/pretrain.log" 2>&1
