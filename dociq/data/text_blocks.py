@@ -85,6 +85,9 @@ def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
 
 
 # An enumerator or bullet opening a line starts a new block: list items sit as close as lines.
+# Ink differs from the paper by more than this (0-255) in some channel; a rendered glyph's
+# anti-aliased edge is under it, a code listing's light grey shading (~8) far under it.
+INK_CONTRAST = 40
 _ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|[ivxIVX]{1,4}[.)])$")
 
 
@@ -133,6 +136,16 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
             last[best], last_opens[best] = span, False
     blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
     return blocks
+
+
+def page_ink(image: np.ndarray, contrast: int = INK_CONTRAST) -> np.ndarray:
+    """bool [H, W]: the pixels of a page (uint8 [H, W, 3] or [H, W]) that differ from its paper (the
+    median colour) by more than `contrast` in some channel: text, drawings, pictures, shading
+    darker than a code listing's light grey."""
+    pixels = np.asarray(image, dtype=np.int16)
+    pixels = pixels[..., None] if pixels.ndim == 2 else pixels
+    paper = np.median(pixels.reshape(-1, pixels.shape[-1])[:: max(1, pixels[..., 0].size // 100_000)], axis=0)
+    return (np.abs(pixels - paper.astype(np.int16)) > contrast).any(-1)
 
 
 def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 0.6,

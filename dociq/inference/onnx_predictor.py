@@ -59,6 +59,7 @@ class OnnxPage:
     original_size: tuple[int, int]
     input_size: tuple[int, int]
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
+    ink: np.ndarray | None = None                # page_ink of the image, once a box prompt needs it
 
 
 class OnnxPredictor:

@@ -46,6 +46,8 @@ LABEL_GAP = 0.6
 CELL_GAP = 0.8
 # A block with at least this many words ending in ':' is a form's fields: each such word is a label.
 FORM_LABELS = 2
+# The gap (pixels) across which a drawing's pieces join, on a page without words to measure a line by.
+DRAWING_GAP = 8
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
 
 
@@ -151,7 +153,7 @@ def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                    clicks: np.ndarray | None = None, click_labels: np.ndarray | None = None,
                    box: np.ndarray | None = None, min_share: float = BLOCK_SHARE,
-                   blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+                   blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
     the block's words, and a box prompt's mask is kept inside its box.
 
@@ -177,6 +179,19 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
             blocks = group_blocks(exact, words)
         values = field_values(exact, words)
+        framed = _inside_box(boxes, box)
+        if framed.any():
+            # a box prompt asks for what it frames: its words are the answer's whether the decoder
+            # painted them or not, each line of them one piece from its first word to its last (a
+            # contents entry's number, title, leaders and page number; a heading's pieces)
+            members = members | framed
+            for line in group_lines(exact[framed], gap_factor=np.inf):
+                ids = np.flatnonzero(framed)[line]
+                x0, y0 = boxes[ids, :2].min(0)
+                x1, y1 = boxes[ids, 2:].max(0)
+                vetoed = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1) & ~positive
+                if not vetoed.any():
+                    out[y0:y1, x0:x1] = True
         for ids in (unit for block in blocks for unit in field_units(block, exact, words, values)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
@@ -189,10 +204,46 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     if box is not None:
         h, w = mask.shape
         x0, y0, x1, y1 = _pixel_boxes(np.asarray(box), mask.shape)[0]
+        if ink is not None and mask.any():
+            out[y0:y1, x0:x1] |= _drawings(mask[y0:y1, x0:x1], ink[y0:y1, x0:x1], boxes - [x0, y0, x0, y0])
         keep = np.zeros((h, w), dtype=bool)
         keep[y0:y1, x0:x1] = True
         out &= keep
     return out
+
+
+def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """bool [h, w]: the boxes of the drawings (ink off every word, its pieces joined across gaps
+    up to a line's height) whose box holds some of the mask — a figure, a plot, a rule, drawn
+    whole where the decoder paints a few blobs of it. All in one frame (a box prompt's crop)."""
+    drawn = ink.copy()
+    h, w = drawn.shape
+    near = (word_boxes[:, 2] >= 0) & (word_boxes[:, 3] >= 0) & (word_boxes[:, 0] < w) & (word_boxes[:, 1] < h)
+    for bx0, by0, bx1, by1 in word_boxes[near].clip(min=0):
+        drawn[by0:by1 + 1, bx0:bx1 + 1] = False               # a pixel past the box: its glyphs' anti-aliasing
+    out = np.zeros_like(mask)
+    if not drawn.any():
+        return out
+    heights = word_boxes[:, 3] - word_boxes[:, 1]
+    gap = int(np.median(heights[heights > 0])) if (heights > 0).any() else DRAWING_GAP
+    joined, _ = ndimage.label(ndimage.binary_dilation(drawn, np.ones((gap, gap), bool)), structure=_EIGHT_NEIGHBOURS)
+    # each drawing's box is its own ink's, not the dilation's
+    for rows, cols in filter(None, ndimage.find_objects(np.where(drawn, joined, 0))):
+        if mask[rows, cols].any():
+            out[rows, cols] = True
+    return out
+
+
+def _inside_box(boxes: np.ndarray, box: np.ndarray | None) -> np.ndarray:
+    """bool [K]: the (pixel) word boxes with at least WORD_INSIDE of their area inside a prompt's
+    box (none without a box)."""
+    if box is None:
+        return np.zeros(len(boxes), bool)
+    bx0, by0, bx1, by1 = np.asarray(box, dtype=np.float64).reshape(4)
+    x0, y0, x1, y1 = boxes.T.astype(np.float64)
+    w = (np.minimum(x1, bx1) - np.maximum(x0, bx0)).clip(min=0)
+    h = (np.minimum(y1, by1) - np.maximum(y0, by0)).clip(min=0)
+    return w * h >= WORD_INSIDE * np.maximum((x1 - x0) * (y1 - y0), 1)
 
 
 def field_values(word_boxes: np.ndarray, words: Sequence[str] | None) -> np.ndarray:

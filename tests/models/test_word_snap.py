@@ -258,3 +258,47 @@ def test_a_tables_cells_are_completed_apart_even_with_narrow_gutters():
                       [80, 63, 100, 73], [103, 63, 120, 73]], float)
     units = [[words[k] for k in u] for u in field_units(list(range(6)), boxes, words)]
     assert units == [["Address:"], ["242", "Jennifer", "Valleys", "Apt.", "889"]]
+
+
+def _contents():
+    # two contents lines: number, title, dot leaders, page number; 10 px tall, 6 px apart
+    row = lambda y: [[20, y, 28, y + 10], [40, y, 70, y + 10], [74, y, 120, y + 10]] + \
+        [[x, y + 7, x + 2, y + 10] for x in range(126, 170, 6)] + [[180, y, 188, y + 10]]
+    return np.array(row(50) + row(66), float)
+
+
+def test_a_box_prompt_answers_every_word_it_frames_each_line_as_one_piece():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = _contents()
+    title = _box_mask(50, 60, 40, 120)                  # the decoder painted the title only
+    out = snap_to_blocks(title, words, box=np.array([20, 50, 188, 60]))
+    assert np.array_equal(out, _box_mask(50, 60, 20, 188))   # number, title, leaders and page number
+    # without the box the leaders and the page number are not the mask's
+    assert not snap_to_blocks(title, words)[50:60, 180:188].any()
+    # a word only brushed by the box is not framed; a negative click keeps its line out
+    loose = snap_to_blocks(title, words, box=np.array([20, 50, 188, 68]))
+    assert np.array_equal(loose, _box_mask(50, 60, 20, 188))
+    vetoed = snap_to_blocks(title, words, clicks=np.array([[184.0, 55.0]]), click_labels=np.array([0]),
+                            box=np.array([20, 50, 188, 60]))
+    assert not vetoed[50:60, 180:188].any()
+
+
+def test_a_box_prompt_over_a_drawing_answers_the_drawing_not_the_decoders_blobs():
+    from dociq.data.text_blocks import page_ink
+    from dociq.models.word_snap import snap_to_blocks
+
+    page = np.full((200, 200, 3), 255, np.uint8)
+    page[20:90, 100] = page[20:90, 179] = page[20, 100:180] = page[89, 100:180] = (30, 90, 200)   # a plot's frame
+    page[40:70, 120:160:6] = (250, 120, 10)                                                      # its bars
+    page[150:160, 40:90] = 0                                                                     # a word below
+    words = np.array([[40, 150, 90, 160]], float)
+    blob = _box_mask(50, 58, 130, 140)                   # the decoder paints a blob inside the plot
+    ink = page_ink(page)
+    assert ink[20, 100] and ink[50, 120] and not ink[30, 110]
+    out = snap_to_blocks(blob, words, box=np.array([95, 15, 185, 95]), ink=ink)
+    assert np.array_equal(out, _box_mask(20, 90, 100, 180))          # the frame's box, all of it
+    assert np.array_equal(snap_to_blocks(blob, words, box=np.array([95, 15, 185, 95])), blob)   # no page: as painted
+    # a blob on blank paper next to the plot does not take it; nor does a box without a drawing
+    beside = _box_mask(100, 110, 130, 140)
+    assert np.array_equal(snap_to_blocks(beside, words, box=np.array([95, 15, 185, 120]), ink=ink), beside)
