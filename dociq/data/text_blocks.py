@@ -31,14 +31,17 @@ def line_height(boxes: np.ndarray) -> float:
     return max(float(np.median(tall if len(tall) else heights)), 1.0)
 
 
-def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5) -> list[list[int]]:
+def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5,
+                marks: np.ndarray | None = None) -> list[list[int]]:
     """Word indices per text line, each line left to right, lines top to bottom.
 
     A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
     of the shorter of the two heights; a line is then split where the horizontal gap between two
     neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
     cells), which is far wider than a space between words. Punctuation (`line_marks`) neither
-    sets the line height nor opens a gap, so a contents line's dot leaders stay one line."""
+    sets the line height nor opens a gap, so a contents line's dot leaders stay one line; `marks`
+    (bool [N], e.g. `leader_words`) names more words that open no gap — leader dots whose boxes
+    are as tall as the line's letters."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
     spans = np.zeros((len(boxes), 2))  # y0, y1 of each line so far
@@ -58,7 +61,7 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     for line in lines:
         line.sort(key=lambda k: boxes[k, 0])
         height = line_height(boxes[line])
-        short = dict(zip(line, line_marks(boxes[line])))
+        short = dict(zip(line, line_marks(boxes[line]) | (False if marks is None else np.asarray(marks)[line])))
         part = [line[0]]
         for prev, k in zip(line, line[1:]):
             # a gap next to punctuation is a leader's, not a gutter
@@ -85,15 +88,28 @@ def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
 
 
 # An enumerator or bullet opening a line starts a new block: list items sit as close as lines.
+# Leader dots as a text layer spells them: a contents line's dots, one or several to a word.
+_LEADER = re.compile(r"^[.\u00b7\u2026\u2025]+$")
+# A line with at least this many leader words ends a contents entry.
+LEADER_DOTS = 3
 # Ink differs from the paper by more than this (0-255) in some channel; a rendered glyph's
 # anti-aliased edge is under it, a code listing's light grey shading (~8) far under it.
 INK_CONTRAST = 40
 _ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|[ivxIVX]{1,4}[.)])$")
 
 
+def leader_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
+    """bool [N]: the words that are leader dots ('.', '·', '…' and runs of them), as a contents
+    line's text layer spells its leaders."""
+    if words is None:
+        return np.zeros(count, bool)
+    return np.array([bool(_LEADER.match(str(w).strip())) for w in words], bool)
+
+
 def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
                  max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
-                 opens_item: np.ndarray | None = None, split_indented: bool = False) -> list[list[int]]:
+                 opens_item: np.ndarray | None = None, split_indented: bool = False,
+                 split_entries: bool = False) -> list[list[int]]:
     """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
 
     Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
@@ -104,13 +120,18 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     `opens_item` (bool [N]: a bullet drawn left of it, `drawn_bullets`), starts a new block.
     With `split_indented`, so does a line that starts more than its height right of the line above
     and is not centred under it — a definition's text under its term, a nested item, a reply —
-    unless the line above opens a list item (an item's text wraps right of its bullet)."""
+    unless the line above opens a list item (an item's text wraps right of its bullet).
+    With `split_entries`, a line holding LEADER_DOTS or more leader dots ends a contents entry: the
+    next line starts a block (an entry that wraps keeps its lines up to the one with the leaders)."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
-    lines = group_lines(boxes)
+    leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
+    lines = group_lines(boxes, marks=leaders)
     blocks: list[list[int]] = []
     last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
     last_opens = np.zeros(len(lines), bool)  # whether that line opens a list item
+    last_ends = np.zeros(len(lines), bool)   # whether that line ends a contents entry
     for line in lines:
+        ends = int(leaders[line].sum()) >= LEADER_DOTS
         b = boxes[line]
         span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
         opener = (words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))) \
@@ -127,13 +148,14 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
             height = np.maximum(h0, h1)
             centred = np.abs((span[0] + span[2]) - (prev[:, 0] + prev[:, 2])) / 2 <= height
             joins &= ~((span[0] - prev[:, 0] > height) & ~centred & ~last_opens[:len(blocks)])
+        joins &= ~last_ends[:len(blocks)]
         if opener or not joins.any():
-            last[len(blocks)], last_opens[len(blocks)] = span, opener
+            last[len(blocks)], last_opens[len(blocks)], last_ends[len(blocks)] = span, opener, ends
             blocks.append(list(line))
         else:
             best = int(np.where(joins, prev[:, 3], -np.inf).argmax())   # the lowest, the first of equals
             blocks[best].extend(line)
-            last[best], last_opens[best] = span, False
+            last[best], last_opens[best], last_ends[best] = span, False, ends
     blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
     return blocks
 
@@ -190,11 +212,12 @@ def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
 
 def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None) -> list[list[int]]:
     """The text blocks a reader sees on a page: `group_blocks` with the list items whose bullets are
-    drawn on the `image` (`drawn_bullets`) and indented lines (`split_indented`) set apart. What
+    drawn on the `image` (`drawn_bullets`), indented lines (`split_indented`) and contents entries
+    (`split_entries`) set apart. What
     masks are completed to and `segment-page` starts its text regions from; the model's own input
     (`collate`) groups the words alone, as it was trained."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
-    return group_blocks(boxes, words, opens_item=drawn_bullets(image, boxes), split_indented=True)
+    return group_blocks(boxes, words, opens_item=drawn_bullets(image, boxes), split_indented=True, split_entries=True)
 
 
 def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None,

@@ -19,7 +19,7 @@ import numpy as np
 from scipy import ndimage
 
 from dociq.data.masks import mask_box
-from dociq.data.text_blocks import group_blocks, group_lines
+from dociq.data.text_blocks import group_blocks, group_lines, leader_words
 
 # A word belongs to a mask part when at least this share of its box is inside the mask ...
 WORD_INSIDE = 0.5
@@ -283,8 +283,10 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     ids_all = list(block)
     colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in ids_all)
     values = np.zeros(len(word_boxes), bool) if values is None else values
-    pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP)]
-    if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all])):
+    # a contents line's leader dots open no gap between its title and its page number
+    leaders = leader_words(None if words is None else [words[k] for k in ids_all], len(ids_all))
+    pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP, marks=leaders)]
+    if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=leaders)):
         return [ids_all]                               # a paragraph: no labels, no cells
     form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
     units: list[list[int]] = []

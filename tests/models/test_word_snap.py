@@ -302,3 +302,27 @@ def test_a_box_prompt_over_a_drawing_answers_the_drawing_not_the_decoders_blobs(
     # a blob on blank paper next to the plot does not take it; nor does a box without a drawing
     beside = _box_mask(100, 110, 130, 140)
     assert np.array_equal(snap_to_blocks(beside, words, box=np.array([95, 15, 185, 120]), ink=ink), beside)
+
+
+def test_each_contents_entry_is_a_block_of_its_own_and_its_leaders_join_its_page_number():
+    from dociq.data.text_blocks import group_blocks, leader_words
+    from dociq.models.word_snap import snap_to_blocks
+
+    # dot leaders as a LaTeX text layer gives them: full-height boxes ~9 px apart (a cell's gap)
+    def entry(y, title_x1, page):
+        dots = [[x, y, x + 3, y + 12] for x in range(title_x1 + 11, 300, 9)]
+        return [[40, y, title_x1, y + 12]] + dots + [[310, y, 322, y + 12]], ["Title"] + ["."] * len(dots) + [page]
+
+    boxes, words = [], []
+    for y, x1, page in ((50, 150, "5"), (65, 120, "12"), (80, 170, "18")):
+        b, w = entry(y, x1, page)
+        boxes += b
+        words += w
+    boxes = np.array(boxes, float)
+    assert leader_words(words).sum() == len(words) - 6
+    assert len(group_blocks(boxes, words)) == 1                          # the model's input: one block
+    entries = group_blocks(boxes, words, split_entries=True)
+    assert len(entries) == 3 and all(words[b[-1]] in ("5", "12", "18") for b in entries)
+    # a click on the second entry's title answers the whole entry line, page number included
+    out = snap_to_blocks(np.zeros((120, 340), bool), boxes, words, clicks=np.array([[60.0, 70.0]]), blocks=entries)
+    assert np.array_equal(out, _box_mask(65, 77, 40, 322, shape=(120, 340)))
