@@ -59,7 +59,8 @@ class OnnxPage:
     original_size: tuple[int, int]
     input_size: tuple[int, int]
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
-    ink: np.ndarray | None = None                # page_ink of the image, once a box prompt needs it
+    ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
+    drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
 
 
 class OnnxPredictor:

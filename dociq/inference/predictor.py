@@ -343,7 +343,8 @@ class PageState:
     original_size: tuple[int, int]   # (H, W) of the page
     input_size: tuple[int, int]      # (h, w) of the page inside the model's square input
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
-    ink: np.ndarray | None = None                # page_ink of the image, once a box prompt needs it
+    ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
+    drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
 
 
 def check_device(device: str | torch.device) -> torch.device:

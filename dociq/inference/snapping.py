@@ -8,7 +8,7 @@ import numpy as np
 
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.prompts import Prompts
-from dociq.models.word_snap import snap_to_blocks, snap_to_words
+from dociq.models.word_snap import drawing_boxes, picture_boxes, snap_to_blocks, snap_to_words
 
 # Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
 SNAP_MODES = (None, "words", "blocks")
@@ -51,8 +51,10 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
-    if mode == "blocks" and prompts.boxes is not None and page.ink is None:
-        page.ink = page_ink(page.image)                                 # once per page, for its box prompts
+    if mode == "blocks" and (prompts.boxes is not None or prompts.points is not None) and page.ink is None:
+        page.ink = page_ink(page.image)                    # once per page, for its box and click prompts
+    if mode == "blocks" and prompts.points is not None and page.drawings is None:
+        page.drawings = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes)   # for clicks
     out = np.empty_like(masks)
     for q in range(masks.shape[0]):
         if mode == "words":
@@ -61,7 +63,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
             snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
                            clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes),
-                           ink=page.ink)
+                           ink=page.ink, drawings=page.drawings)
         flat = masks[q].reshape(-1, *masks.shape[-2:])
         out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
     return out

@@ -46,6 +46,9 @@ LABEL_GAP = 0.6
 CELL_GAP = 0.8
 # A block with at least this many words ending in ':' is a form's fields: each such word is a label.
 FORM_LABELS = 2
+# A drawing is a picture (a click on it means it) when words cover less than this share of its box;
+# a frame or shading around text holds more (0.2 still took the Debian handbook's example boxes).
+PICTURE_TEXT = 0.05
 # The gap (pixels) across which a drawing's pieces join, on a page without words to measure a line by.
 DRAWING_GAP = 8
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
@@ -153,7 +156,8 @@ def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                    clicks: np.ndarray | None = None, click_labels: np.ndarray | None = None,
                    box: np.ndarray | None = None, min_share: float = BLOCK_SHARE,
-                   blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None) -> np.ndarray:
+                   blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None,
+                   drawings: np.ndarray | None = None) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
     the block's words, and a box prompt's mask is kept inside its box.
 
@@ -171,9 +175,10 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         out, members = _snapped(mask, boxes)
     else:
         out, members = mask.copy(), np.zeros(len(boxes), bool)
+    clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
+    positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
+    on_text = np.zeros(len(clicks), bool)                  # clicks inside some text unit
     if len(boxes):
-        clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
-        positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
         exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
         if blocks is None:
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
@@ -196,11 +201,14 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
             inside = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)
+            on_text |= inside
             # a share of a big block, or most of a small one: one word of a three-word label that a
             # neighbour's mask brushes is not a hold on it
             held = members[ids].mean() >= min_share and (members[ids].sum() >= MIN_HELD or members[ids].mean() >= 0.5)
             if (held or (inside & positive).any()) and not (inside & ~positive).any():
                 out[y0:y1, x0:x1] = True
+    if drawings is not None and len(drawings) and len(clicks):
+        _click_drawings(out, clicks, positive, on_text, np.asarray(drawings).reshape(-1, 4))
     if box is not None:
         h, w = mask.shape
         x0, y0, x1, y1 = _pixel_boxes(np.asarray(box), mask.shape)[0]
@@ -212,26 +220,64 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     return out
 
 
-def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
-    """bool [h, w]: the boxes of the drawings (ink off every word, its pieces joined across gaps
-    up to a line's height) whose box holds some of the mask — a figure, a plot, a rule, drawn
-    whole where the decoder paints a few blobs of it. All in one frame (a box prompt's crop)."""
-    drawn = ink.copy()
+def _click_drawings(out: np.ndarray, clicks: np.ndarray, positive: np.ndarray, on_text: np.ndarray,
+                    drawings: np.ndarray) -> None:
+    """Fill, in `out`, the smallest picture (`picture_boxes`, pixel boxes [D, 4]) under each positive
+    click that lands off the text: a click on a plot means the plot, as a click on a paragraph means
+    the paragraph. A picture holding a negative click is never filled."""
+    x, y = clicks[:, 0:1], clicks[:, 1:2]
+    under = (x >= drawings[:, 0]) & (x < drawings[:, 2]) & (y >= drawings[:, 1]) & (y < drawings[:, 3])   # [P, D]
+    vetoed = under[~positive].any(0)
+    area = (drawings[:, 2] - drawings[:, 0]) * (drawings[:, 3] - drawings[:, 1])
+    for p in np.flatnonzero(positive & ~on_text):
+        hits = np.flatnonzero(under[p] & ~vetoed)
+        if len(hits):
+            x0, y0, x1, y1 = drawings[hits[area[hits].argmin()]]
+            out[y0:y1, x0:x1] = True
+
+
+def drawing_boxes(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """int [D, 4] x0, y0, x1, y1 (exclusive) of the drawings in an ink map (bool [h, w],
+    `text_blocks.page_ink`) with word boxes [K, 4] in its pixels: ink off every word (a
+    figure, a plot, a diagram, a rule, a shaded bar), its pieces joined across gaps up to a line's
+    height (the median word height), each drawing boxed by its own ink."""
+    drawn = np.asarray(ink, dtype=bool).copy()
     h, w = drawn.shape
+    word_boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
     near = (word_boxes[:, 2] >= 0) & (word_boxes[:, 3] >= 0) & (word_boxes[:, 0] < w) & (word_boxes[:, 1] < h)
     for bx0, by0, bx1, by1 in word_boxes[near].clip(min=0):
         drawn[by0:by1 + 1, bx0:bx1 + 1] = False               # a pixel past the box: its glyphs' anti-aliasing
-    out = np.zeros_like(mask)
     if not drawn.any():
-        return out
+        return np.zeros((0, 4), np.int64)
     heights = word_boxes[:, 3] - word_boxes[:, 1]
     gap = int(np.median(heights[heights > 0])) if (heights > 0).any() else DRAWING_GAP
     # a square dilation, as a separable maximum filter (3x faster on a page-sized box)
     joined, _ = ndimage.label(ndimage.maximum_filter(drawn, size=gap), structure=_EIGHT_NEIGHBOURS)
     # each drawing's box is its own ink's, not the dilation's
-    for rows, cols in filter(None, ndimage.find_objects(np.where(drawn, joined, 0))):
-        if mask[rows, cols].any():
-            out[rows, cols] = True
+    return np.array([[c.start, r.start, c.stop, r.stop]
+                     for r, c in filter(None, ndimage.find_objects(np.where(drawn, joined, 0)))], np.int64).reshape(-1, 4)
+
+
+def picture_boxes(drawings: np.ndarray, word_boxes: np.ndarray, max_text: float = PICTURE_TEXT) -> np.ndarray:
+    """The drawings (int [D, 4]) that are pictures — plots, diagrams, photographs — not frames or
+    shading around text: the words whose centres lie inside cover less than `max_text` of the box."""
+    drawings = np.asarray(drawings).reshape(-1, 4)
+    words = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    cx, cy = (words[:, 0] + words[:, 2]) / 2, (words[:, 1] + words[:, 3]) / 2
+    area = (words[:, 2] - words[:, 0]) * (words[:, 3] - words[:, 1])
+    keep = [area[(cx >= x0) & (cx < x1) & (cy >= y0) & (cy < y1)].sum() < max_text * (x1 - x0) * (y1 - y0)
+            for x0, y0, x1, y1 in drawings]
+    return drawings[np.array(keep, bool)] if len(drawings) else drawings
+
+
+def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """bool [h, w]: the boxes of the drawings (`drawing_boxes`) whose box holds some of the mask —
+    a figure drawn whole where the decoder paints a few blobs of it. All in one frame (a box
+    prompt's crop)."""
+    out = np.zeros_like(mask)
+    for x0, y0, x1, y1 in drawing_boxes(ink, word_boxes):
+        if mask[y0:y1, x0:x1].any():
+            out[y0:y1, x0:x1] = True
     return out
 
 

@@ -326,3 +326,28 @@ def test_each_contents_entry_is_a_block_of_its_own_and_its_leaders_join_its_page
     # a click on the second entry's title answers the whole entry line, page number included
     out = snap_to_blocks(np.zeros((120, 340), bool), boxes, words, clicks=np.array([[60.0, 70.0]]), blocks=entries)
     assert np.array_equal(out, _box_mask(65, 77, 40, 322, shape=(120, 340)))
+
+
+def test_a_click_on_a_picture_answers_the_picture_and_a_frame_around_text_is_no_picture():
+    from dociq.data.text_blocks import page_ink
+    from dociq.models.word_snap import drawing_boxes, picture_boxes, snap_to_blocks
+
+    page = np.full((200, 200, 3), 255, np.uint8)
+    page[20:90, 100] = page[20:90, 179] = page[20, 100:180] = page[89, 100:180] = (30, 90, 200)   # a plot's frame
+    page[40:70, 120:160:6] = (250, 120, 10)                                                      # its bars
+    page[110, 10:190] = page[190, 10:190] = page[110:191, 10] = page[110:191, 189] = 0           # a frame around text
+    words = np.array([[20, 130, 180, 142], [20, 146, 180, 158], [20, 162, 120, 174]], float)      # a paragraph in it
+    drawings = drawing_boxes(page_ink(page), words)
+    found = set(map(tuple, drawings.tolist()))
+    assert {(10, 110, 190, 191), (100, 20, 180, 90)} <= found       # the text's frame; the plot's (its bars apart)
+    pictures = set(map(tuple, picture_boxes(drawings, words).tolist()))
+    assert (100, 20, 180, 90) in pictures and (10, 110, 190, 191) not in pictures   # a frame full of words
+    pictures = picture_boxes(drawings, words)
+    empty = np.zeros((200, 200), bool)
+    out = snap_to_blocks(empty, words, clicks=np.array([[110.0, 30.0]]), drawings=pictures)
+    assert np.array_equal(out, _box_mask(20, 90, 100, 180))        # a click on blank paper in the plot
+    vetoed = snap_to_blocks(empty, words, clicks=np.array([[110.0, 30.0], [150.0, 80.0]]),
+                            click_labels=np.array([1, 0]), drawings=pictures)
+    assert not vetoed.any()
+    on_text = snap_to_blocks(empty, words, clicks=np.array([[50.0, 150.0]]), drawings=drawing_boxes(page_ink(page), words))
+    assert np.array_equal(on_text, _box_mask(130, 174, 20, 180))   # a click on the paragraph: the paragraph only
