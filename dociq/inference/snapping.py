@@ -51,8 +51,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
-    if mode == "blocks" and (prompts.boxes is not None or prompts.points is not None) and page.ink is None:
-        page.ink = page_ink(page.image)                    # once per page, for its box and click prompts
+    if mode == "blocks" and page.ink is None:
+        page.ink = page_ink(page.image)                    # once per page, for all of its prompts
     if mode == "blocks" and prompts.points is not None and page.drawings is None:
         page.drawings = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes)   # for clicks
     out = np.empty_like(masks)

@@ -159,7 +159,9 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                    blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None,
                    drawings: np.ndarray | None = None) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
-    the block's words, and a box prompt's mask is kept inside its box.
+    the block's words, and a box prompt's mask is kept inside its box. With the page's `ink`
+    (`text_blocks.page_ink`), mask parts on blank paper are dropped first and a box prompt's
+    drawings are answered whole; `drawings` (`picture_boxes`) are what a click off the text means.
 
     mask bool [H, W]; word_boxes [K, 4] and clicks [P, 2] (x, y) in the mask's pixels; words [K]
     (their text: a bullet or an enumerator starts a list item's block); click_labels [P] 1 positive,
@@ -170,6 +172,8 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     completed. `blocks` (word indices per block) saves regrouping the page's words for each of
     many masks. The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
+    if ink is not None and mask.any():
+        mask = _on_ink(mask, ink)
     boxes = _pixel_boxes(word_boxes, mask.shape)
     if mask.any() and len(boxes):
         out, members = _snapped(mask, boxes)
@@ -217,6 +221,19 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         keep = np.zeros((h, w), dtype=bool)
         keep[y0:y1, x0:x1] = True
         out &= keep
+    return out
+
+
+def _on_ink(mask: np.ndarray, ink: np.ndarray) -> np.ndarray:
+    """The mask without its parts that hold no ink (blobs on blank paper: nothing a region of a
+    page can be), unless every part is blank."""
+    r0, c0, labels, sizes = _parts(mask)
+    rows, cols = labels.shape
+    inked = np.bincount(labels[ink[r0:r0 + rows, c0:c0 + cols]], minlength=len(sizes) + 1)[1:] > 0
+    if inked.all() or not inked.any():
+        return mask
+    out = mask.copy()
+    out[r0:r0 + rows, c0:c0 + cols] &= np.isin(labels, np.flatnonzero(inked) + 1)
     return out
 
 

@@ -351,3 +351,18 @@ def test_a_click_on_a_picture_answers_the_picture_and_a_frame_around_text_is_no_
     assert not vetoed.any()
     on_text = snap_to_blocks(empty, words, clicks=np.array([[50.0, 150.0]]), drawings=drawing_boxes(page_ink(page), words))
     assert np.array_equal(on_text, _box_mask(130, 174, 20, 180))   # a click on the paragraph: the paragraph only
+
+
+def test_mask_parts_on_blank_paper_are_dropped_unless_the_whole_mask_is_blank():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = _paragraph()
+    ink = np.zeros((200, 200), bool)
+    for x0, y0, x1, y1 in words.astype(int):
+        ink[y0 + 2:y1 - 2, x0 + 1:x1 - 1] = True                    # the glyphs inside each word's box
+    answer = _box_mask(50, 86, 40, 160)
+    blobs = answer | _box_mask(0, 6, 20, 30) | _box_mask(0, 6, 60, 70)   # the decoder's blobs along the top edge
+    assert np.array_equal(snap_to_blocks(blobs, words, ink=ink), answer)
+    assert np.array_equal(snap_to_blocks(blobs, words), blobs)             # without the page: as painted
+    blank = _box_mask(150, 160, 20, 30)
+    assert np.array_equal(snap_to_blocks(blank, words, ink=ink), blank)    # all blank: kept, not emptied
