@@ -188,6 +188,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
             blocks = group_blocks(exact, words)
         values = field_values(exact, words)
+        leaders = leader_words(words, len(exact))
         framed = _inside_box(boxes, box)
         if framed.any():
             # a box prompt asks for what it frames: its words are the answer's whether the decoder
@@ -198,13 +199,12 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                 ids = np.flatnonzero(framed)[line]
                 x0, y0 = boxes[ids, :2].min(0)
                 x1, y1 = boxes[ids, 2:].max(0)
-                vetoed = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1) & ~positive
-                if not vetoed.any():
+                if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
                     out[y0:y1, x0:x1] = True
-        for ids in (unit for block in blocks for unit in field_units(block, exact, words, values)):
+        for ids in (unit for block in blocks for unit in field_units(block, exact, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
-            inside = (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)
+            inside = _clicks_in(clicks, x0, y0, x1, y1)
             on_text |= inside
             # a share of a big block, or most of a small one: one word of a three-word label that a
             # neighbour's mask brushes is not a hold on it
@@ -222,6 +222,11 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         keep[y0:y1, x0:x1] = True
         out &= keep
     return out
+
+
+def _clicks_in(clicks: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
+    """bool [P]: the clicks [P, 2] (x, y) inside the rectangle x0, y0, x1, y1 (x1, y1 exclusive)."""
+    return (clicks[:, 0] >= x0) & (clicks[:, 0] < x1) & (clicks[:, 1] >= y0) & (clicks[:, 1] < y1)
 
 
 def _on_ink(mask: np.ndarray, ink: np.ndarray) -> np.ndarray:
@@ -333,7 +338,7 @@ def field_values(word_boxes: np.ndarray, words: Sequence[str] | None) -> np.ndar
 
 
 def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None,
-                values: np.ndarray | None = None) -> list[list[int]]:
+                values: np.ndarray | None = None, leaders: np.ndarray | None = None) -> list[list[int]]:
     """A text block as the units a mask is completed to: the block itself, or — on a form or a
     table, where a line holds several fields or cells — each label, value and cell.
 
@@ -342,14 +347,15 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     its height after it on its line; within a piece each label ends a unit. A piece beside another
     on its line is a unit of its own; a piece on a new line continues the unit above when it lies
     under it and holds no label (a value over two lines), unless it is a field's value (`values`,
-    bool [K] from `field_values`: its label is in another block)."""
+    bool [K] from `field_values`: its label is in another block). Leader dots (`leaders`, bool [K]
+    from `text_blocks.leader_words`, found here when not given) open no gap."""
     ids_all = list(block)
     colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in ids_all)
     values = np.zeros(len(word_boxes), bool) if values is None else values
     # a contents line's leader dots open no gap between its title and its page number
-    leaders = leader_words(None if words is None else [words[k] for k in ids_all], len(ids_all))
-    pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP, marks=leaders)]
-    if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=leaders)):
+    marks = (leader_words(words, len(word_boxes)) if leaders is None else leaders)[ids_all]
+    pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP, marks=marks)]
+    if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=marks)):
         return [ids_all]                               # a paragraph: no labels, no cells
     form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
     units: list[list[int]] = []
