@@ -7,7 +7,8 @@ seeds, held-out loss, optimizer state, peak extra memory during a step, step tim
 
 Every optimizer trains the same model from the same initialisation on the same batches. Rows
 (`--optimizers`): `adamw` (torch's fused AdamW: the baseline), `galore` (galore-torch GaLoreAdamW,
-its recommended settings: update_proj_gap 200, scale 0.25; rank-matched), `sngd_random`,
+its recommended settings: update_proj_gap 200, scale 0.25; rank-matched), `natural_galore`
+(GaLore with the inverse empirical Fisher of its last `--history` projected gradients), `sngd_random`,
 `sngd_tucker` (both with the residual, the default), and the ablations in the random subspace:
 `sngd_random_nores` (no residual: the update lives in the subspace only, the method before
 issue 12's second pass), `sngd_random_nongd` (NGD off: damping -> inf, normalised momentum of
@@ -163,7 +164,7 @@ ABLATIONS = {"nongd": "none", "adam": "adam", "sqrt": "sqrt"}
 
 
 def build_optimizer(name: str, named, args, lr: float):
-    """`name` is adamw | galore | apollo_mini | sngd_<random|tucker|coordinates>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt][_nores]."""
+    """`name` is adamw | galore | natural_galore | apollo_mini | sngd_<random|tucker|coordinates>[_<carry|reset>][_bf16][_nongd|_adam|_sqrt][_nores]."""
     if name == "adamw":
         fused = args.device in ("cpu", "cuda") or args.device.startswith("cuda")
         return factory.adamw(named, lr=lr, weight_decay=args.weight_decay, foreach=not fused,
@@ -171,6 +172,10 @@ def build_optimizer(name: str, named, args, lr: float):
     if name == "galore":
         return factory.galore(named, rank=args.rank, update_proj_gap=args.galore_refresh,
                               scale=args.galore_scale, lr=lr, weight_decay=args.weight_decay)
+    if name == "natural_galore":
+        return factory.natural_galore(named, rank=args.rank, update_proj_gap=args.galore_refresh,
+                                      scale=args.galore_scale, history=args.history, damping=args.damping,
+                                      lr=lr, weight_decay=args.weight_decay)
     if name == "apollo_mini":
         return factory.apollo_mini(named, lr=lr, weight_decay=args.weight_decay)
     if name.startswith("sngd_"):
@@ -185,7 +190,7 @@ def build_optimizer(name: str, named, args, lr: float):
                             refresh_every=args.refresh_every, projector=parts[0],
                             refresh_policy=policy, projector_dtype=dtype, preconditioner=precond,
                             residual="nores" not in parts)
-    raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, apollo_mini, sngd_random, sngd_tucker, sngd_coordinates "
+    raise ValueError(f"unknown optimizer {name!r}: use adamw, galore, natural_galore, apollo_mini, sngd_random, sngd_tucker, sngd_coordinates "
                      "(optionally with _carry/_reset, _bf16, _nongd/_adam/_sqrt, _nores)")
 
 

@@ -103,6 +103,19 @@ def galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200
     return GaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
 
 
+def natural_galore(named_params: NamedParams, rank: int = 32, update_proj_gap: int = 200,
+                   scale: float = 0.25, history: int = 10, damping: float = 1.0, lr: float = 1e-3,
+                   weight_decay: float = 0.01, betas: Sequence[float] = (0.9, 0.999),
+                   eps: float = 1e-6) -> torch.optim.Optimizer:
+    """Natural GaLore (`dociq.optim.natural_galore`): GaLore's groups and settings, the projected
+    gradient preconditioned by the inverse empirical Fisher of its last `history` values."""
+    from dociq.optim.natural_galore import NaturalGaLoreAdamW
+
+    groups = low_rank_groups(named_params, weight_decay, rank=rank, update_proj_gap=update_proj_gap,
+                             scale=scale, proj_type="std", history=history, damping=damping)
+    return NaturalGaLoreAdamW(groups, lr=lr, betas=tuple(betas), eps=eps, no_deprecation_warning=True)
+
+
 def low_rank_groups(named_params: NamedParams, weight_decay: float, **settings) -> list[dict]:
     """GaLore-family param groups: 2-D non-embedding weights in one group with the projection
     `settings` (as jiaweizzhao/GaLore's torchrun_main.py projects attention/MLP linears only),

@@ -118,7 +118,7 @@ def test_empty_parameter_list_is_a_clear_error():
 
 
 @pytest.mark.parametrize("name,cls,strategy", [("adamw", torch.optim.AdamW, None),
-                                               ("galore", None, None), ("apollo_mini", None, None),
+                                               ("galore", None, None), ("natural_galore", None, None), ("apollo_mini", None, None),
                                                ("sngd", SubspaceNGD, "sngd")])
 def test_optim_configs_instantiate(name, cls, strategy):
     cfg = OmegaConf.create({"trainer": {"max_steps": 50},
@@ -129,7 +129,7 @@ def test_optim_configs_instantiate(name, cls, strategy):
     sched = instantiate(cfg.optim.scheduler)(opt)
     if cls is not None:
         assert isinstance(opt, cls)
-    assert type(opt).__name__ in ("AdamW", "SubspaceNGD")
+    assert type(opt).__name__ in ("AdamW", "NaturalGaLoreAdamW", "SubspaceNGD")
     assert isinstance(sched, torch.optim.lr_scheduler.LRScheduler)
     assert cfg.optim.strategy == strategy
     model(torch.randint(0, 100, (2, 5))).sum().backward()
