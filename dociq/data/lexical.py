@@ -69,6 +69,33 @@ def question_content_words(question: str) -> list[tuple[int, str]]:
     return out
 
 
+# A quotation right after one of these words is text the answer holds ("which paragraph mentions
+# “Hiera”?", "where does the section “Usage” start?"); after others it need not be ("which value
+# belongs to the field ‘Name’?" asks for the region next to the quoted label).
+HOLDING_WORDS = frozenset("""
+mention mentions mentioning contain contains containing include includes including say says saying
+read reads reading titled called named entitled section heading chapter word words term phrase
+""".split())
+
+
+def answer_quotes(question: str) -> list[str]:
+    """The normalised words of the question's quotations that its answer holds: those opened
+    right after a `HOLDING_WORDS` word ("which paragraph mentions “under”?" -> ["under"])."""
+    out, inside, holds, before = [], False, False, ""
+    for raw in question.split():
+        opens = raw[:1] in _QUOTES
+        closes = raw.rstrip("?.!,;:")[-1:] in _QUOTES and (len(raw.rstrip("?.!,;:")) > 1 or not opens)
+        if not inside and opens:
+            inside, holds = True, before in HOLDING_WORDS
+        word = normalise(raw)
+        if inside and holds and word:
+            out.append(word)
+        if inside and closes:
+            inside = False
+        before = word.casefold()
+    return out
+
+
 def match_code(question_word: str, page_word: str) -> int:
     """The graded match of one normalised question word with one (raw) OCR word."""
     w = normalise(page_word)

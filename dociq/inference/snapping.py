@@ -8,7 +8,7 @@ import numpy as np
 
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.prompts import Prompts
-from dociq.models.word_snap import drawing_boxes, picture_boxes, snap_to_blocks, snap_to_words
+from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
 
 # Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
 SNAP_MODES = (None, "words", "blocks")
@@ -42,6 +42,10 @@ def best_guess(logits, masks: np.ndarray, margin: float) -> np.ndarray:
     return out
 
 
+def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question: str, blocks) -> np.ndarray:
+    return keep_quoted(snap(mask), word_boxes, words, question, blocks)
+
+
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
     "blocks") to `word_boxes`: the page's own, or none when the model does not read the words (a
@@ -64,6 +68,10 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
                            clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes),
                            ink=page.ink, drawings=page.drawings)
+        if mode == "blocks" and prompts.questions and words is not None:
+            # text the question quotes is in its answer (`keep_quoted`)
+            snap = partial(_then_quoted, snap=snap, word_boxes=word_boxes, words=words, blocks=blocks,
+                           question=prompts.questions[min(q, len(prompts.questions) - 1)])
         flat = masks[q].reshape(-1, *masks.shape[-2:])
         out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
     return out

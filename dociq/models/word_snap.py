@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
+from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix
 from dociq.data.masks import mask_box
 from dociq.data.text_blocks import group_blocks, group_lines, leader_words
 
@@ -222,6 +223,45 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         keep[y0:y1, x0:x1] = True
         out &= keep
     return out
+
+
+def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], question: str,
+                blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+    """A question that quotes text its answer holds ("which paragraph mentions “under”?",
+    "where does the section “1 Usage” start?": `lexical.answer_quotes`) is answered by a region
+    holding it. Each quoted word's page words are its best matches on the page (exact, then
+    case-folded, then one edit away: `lexical.match_code`); a set of words holds as much of the
+    quotation as the quoted words it has a match of. The mask's parts holding less than the best
+    of them are dropped; when some text block (`blocks`, word indices) holds more of the quotation
+    than any part, the mask is that block instead, if it is the only one. Unchanged when the page
+    holds none of the quotation. mask bool [H, W]; word_boxes [K, 4] in its pixels; words [K]."""
+    quoted = answer_quotes(question)
+    if not quoted or not len(words):
+        return mask
+    codes, _ = match_matrix(" ".join(f"\u201c{w}\u201d" for w in quoted), list(words), len(quoted))
+    found = (codes > NO_MATCH) & (codes == codes.max(1, keepdims=True))    # [J, K]: best matches per quoted word
+    if not found.any():
+        return mask
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    h, w = mask.shape
+    cx = np.clip(((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), 0, w - 1)
+    cy = np.clip(((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64), 0, h - 1)
+    labels, count = ndimage.label(mask, structure=_EIGHT_NEIGHBOURS)
+    part_of = labels[cy, cx]                                             # [K], 0: outside the mask
+    held = np.zeros((count + 1, len(found)), bool)                       # parts x quoted words
+    for j in range(len(found)):
+        held[part_of[found[j]], j] = True
+    part_score = held[1:].sum(1)
+    block_score = np.array([found[:, list(b)].any(1).sum() for b in (blocks or [])], np.int64)
+    best_part = part_score.max() if count else 0
+    if len(block_score) and block_score.max() > best_part and (block_score == block_score.max()).sum() == 1:
+        pixels = _pixel_boxes(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
+        out = np.zeros_like(mask)
+        out[pixels[:, 1].min():pixels[:, 3].max(), pixels[:, 0].min():pixels[:, 2].max()] = True
+        return out
+    if best_part == 0:
+        return mask
+    return np.isin(labels, np.flatnonzero(part_score == best_part) + 1)
 
 
 def _clicks_in(clicks: np.ndarray, x0, y0, x1, y1) -> np.ndarray:

@@ -4,8 +4,8 @@ import open_clip
 import torch
 
 from dociq.data.collate import DocumentCollator, lexical_match
-from dociq.data.lexical import (CASEFOLD, EXACT, FUZZY, NO_MATCH, clip_word_positions, match_code,
-                                match_matrix, question_content_words, within_one_edit)
+from dociq.data.lexical import (CASEFOLD, EXACT, FUZZY, NO_MATCH, answer_quotes, clip_word_positions,
+                                match_code, match_matrix, question_content_words, within_one_edit)
 from dociq.data.schema import Page, Question
 
 
@@ -93,3 +93,12 @@ def test_lexical_match_without_words_is_empty():
     match, word_pos = lexical_match([[]], [["where is Berlin?"]], torch.full((1, 2), -1), 4, 32)
     assert match.shape == (1, 1, 4, 2) and match.sum() == 0
     assert word_pos[0, 0, 0].item() == 3
+
+
+def test_answer_quotes_are_the_quotations_the_answer_holds():
+    assert answer_quotes("which paragraph mentions “Hiera”?") == ["Hiera"]
+    assert answer_quotes("where does the section “1 Usage - Options” start?") == ["1", "Usage", "Options"]
+    assert answer_quotes('the paragraph that contains "foo bar"') == ["foo", "bar"]
+    # the answer is the region next to the quoted label, not the label
+    assert answer_quotes("which value belongs to the field ‘Name’?") == []
+    assert answer_quotes("what is “X”?") == [] and answer_quotes("the page footer") == []

@@ -1,7 +1,7 @@
 """Word snapping: text parts of a mask become the box around their words; the rest stays."""
 import numpy as np
 
-from dociq.models.word_snap import snap_to_words
+from dociq.models.word_snap import keep_quoted, snap_to_words
 
 
 def _paragraph():
@@ -366,3 +366,51 @@ def test_mask_parts_on_blank_paper_are_dropped_unless_the_whole_mask_is_blank():
     assert np.array_equal(snap_to_blocks(blobs, words), blobs)             # without the page: as painted
     blank = _box_mask(150, 160, 20, 30)
     assert np.array_equal(snap_to_blocks(blank, words, ink=ink), blank)    # all blank: kept, not emptied
+
+
+def _quoted_page():
+    """Two paragraphs of three words, one above the other: "alpha beta gamma" / "delta required epsilon"."""
+    boxes = np.array([[20, 20, 60, 30], [65, 20, 100, 30], [105, 20, 150, 30],
+                      [20, 80, 60, 90], [65, 80, 120, 90], [125, 80, 170, 90]], float)
+    words = ["alpha", "beta", "gamma", "delta", "required", "epsilon"]
+    return boxes, words, [[0, 1, 2], [3, 4, 5]]
+
+
+def test_a_quoted_word_keeps_the_part_that_holds_it_and_drops_the_rest():
+    boxes, words, blocks = _quoted_page()
+    mask = np.zeros((120, 200), bool)
+    mask[20:30, 20:150] = True
+    mask[80:90, 20:170] = True
+    out = keep_quoted(mask, boxes, words, "which paragraph mentions “beta”?", blocks)
+    assert out[25, 80] and not out[85, 80]
+    # "requires" is one edit from "required": the second paragraph holds the quotation
+    out = keep_quoted(mask, boxes, words, "which paragraph mentions “requires”?", blocks)
+    assert out[85, 80] and not out[25, 80]
+
+
+def test_a_mask_without_the_quoted_word_becomes_the_block_that_holds_it():
+    boxes, words, blocks = _quoted_page()
+    mask = np.zeros((120, 200), bool)
+    mask[20:30, 20:150] = True                       # the model painted the other paragraph
+    out = keep_quoted(mask, boxes, words, "which paragraph mentions “epsilon”?", blocks)
+    expect = np.zeros_like(mask)
+    expect[80:90, 20:170] = True
+    assert np.array_equal(out, expect)
+
+
+def test_quotations_the_answer_need_not_hold_and_words_the_page_lacks_change_nothing():
+    boxes, words, blocks = _quoted_page()
+    mask = np.zeros((120, 200), bool)
+    mask[80:90, 20:170] = True
+    for question in ("which value belongs to the field ‘alpha’?", "which paragraph mentions “zeta”?",
+                     "the second paragraph"):
+        assert np.array_equal(keep_quoted(mask, boxes, words, question, blocks), mask)
+
+
+def test_the_part_holding_more_of_a_quoted_title_wins():
+    boxes, words, blocks = _quoted_page()
+    mask = np.zeros((120, 200), bool)
+    mask[20:30, 20:150] = True
+    mask[80:90, 20:170] = True
+    out = keep_quoted(mask, boxes, words, "where does the section “gamma delta required” start?", blocks)
+    assert out[85, 80] and not out[25, 80]           # two of three quoted words against one
