@@ -182,6 +182,7 @@ class SubspaceNGD(Optimizer):
         self._layout: Optional[dict] = None
         self._cache: dict = {}        # per (bucket, member set): the batched state buffers
         self._factors: dict = {}      # per parameter: the factors in force (between refreshes)
+        self._meshes: dict = {}       # per parameter: its index factors' block mesh (coordinates)
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -199,6 +200,7 @@ class SubspaceNGD(Optimizer):
         self._layout = None
         self._cache = {}
         self._factors = {}
+        self._meshes = {}
 
     def is_projected(self, p: torch.Tensor, group: dict) -> bool:
         if not group["project"] or p.dim() < 2 or p.numel() < group["min_numel"]:
@@ -587,7 +589,7 @@ class SubspaceNGD(Optimizer):
                 if g.shape[0] == 0:          # a rank without rows of this matrix
                     low[i] = 0
                     continue
-                block = projection.project(g.unsqueeze(0), [f.unsqueeze(0) for f in fs[:g.dim()]])[0]
+                block = g[self._mesh(p, fs[:g.dim()])]
                 if len(fs) > g.dim():        # sharded: zero the entries of other ranks' rows
                     block = block * fs[-1].view(-1, *[1] * (g.dim() - 1))
                 low[i] = block.reshape(-1)
@@ -600,6 +602,16 @@ class SubspaceNGD(Optimizer):
                 low[i] = projection.project(g.unsqueeze(0).float(), [f.unsqueeze(0) for f in fs]).reshape(-1)
         plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low, t=t,
                     k_rows=sharding.rows(k) if sharding else (0, k))
+
+    def _mesh(self, p: torch.Tensor, index: list) -> tuple:
+        """The open-mesh indices of p's S_1 x .. x S_d block (index factors), made once per
+        subspace: a refresh gives new factor tensors, and with them a new mesh."""
+        entry = self._meshes.get(p)
+        if entry is None or entry[0] is not index[0]:
+            d = len(index)
+            mesh = tuple(idx.view(*[idx.shape[0] if j == i else 1 for j in range(d)]) for i, idx in enumerate(index))
+            self._meshes[p] = entry = (index[0], mesh)
+        return entry[1]
 
     def _row_factors(self, factors: list, rows: tuple[int, int]) -> list:
         """The factors restricted to a rank's rows [start, stop) of mode 0 (all of them in one
@@ -688,8 +700,7 @@ class SubspaceNGD(Optimizer):
                 if len(fs) > w.dim():        # sharded: only this rank's rows
                     core = core * fs[-1].view(-1, *[1] * (w.dim() - 1)).to(w.dtype)
                 if w.shape[0] > 0:
-                    block = projection.block_index([f.unsqueeze(0) for f in fs[:w.dim()]])
-                    w.unsqueeze(0).index_put_(block, core.unsqueeze(0), accumulate=True)
+                    w.index_put_(self._mesh(p, fs[:w.dim()]), core, accumulate=True)
             elif p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
@@ -953,6 +964,7 @@ class SubspaceNGD(Optimizer):
         self._layout = None
         self._cache = {}
         self._factors = {}
+        self._meshes = {}
 
     def _match_by_name(self, state_dict: dict) -> dict:
         saved_groups = state_dict["param_groups"]
