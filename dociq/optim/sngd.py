@@ -153,7 +153,10 @@ class SubspaceNGD(Optimizer):
                  fallback_betas: tuple[float, float] = (0.9, 0.999), fallback_eps: float = 1e-8,
                  project: bool = True, max_skips_in_row: int = 10, preconditioner: str = "ngd",
                  max_bucket_bytes: int = 64 * 2 ** 20, residual: bool = True,
-                 residual_growth: float = 1.01) -> None:
+                 residual_growth: float = 1.01, max_share: float = 1.0) -> None:
+        if not 0 < max_share <= 1:
+            raise ValueError(f"SubspaceNGD: max_share={max_share!r}; set optim.optimizer.max_share in (0, 1] "
+                             "(the largest share of a matrix its subspace may hold; 1: every matrix it does not fill)")
         if lr < 0 or rank < 1 or history < 1 or refresh_every < 1 or damping < 0:
             raise ValueError(f"SubspaceNGD: need lr >= 0, rank >= 1, history >= 1, "
                              f"refresh_every >= 1, damping >= 0; got lr={lr}, rank={rank}, "
@@ -176,7 +179,7 @@ class SubspaceNGD(Optimizer):
                         max_retries=max_retries, fallback=fallback,
                         fallback_betas=tuple(fallback_betas), fallback_eps=fallback_eps,
                         project=project, preconditioner=preconditioner, residual=residual,
-                        residual_growth=residual_growth)
+                        residual_growth=residual_growth, max_share=max_share)
         self.max_bucket_bytes = max_bucket_bytes
         super().__init__(params, defaults)
         self._layout: Optional[dict] = None
@@ -205,7 +208,10 @@ class SubspaceNGD(Optimizer):
     def is_projected(self, p: torch.Tensor, group: dict) -> bool:
         if not group["project"] or p.dim() < 2 or p.numel() < group["min_numel"]:
             return False
-        return math.prod(projection.mode_ranks(p.shape, group["rank"])) < p.numel()
+        # A subspace holding a large share of a narrow matrix saves little state and leaves most of
+        # its update without a per-weight scale: such matrices take the fallback (AdamW).
+        k = math.prod(projection.mode_ranks(p.shape, group["rank"]))
+        return k < p.numel() and k <= group.get("max_share", 1.0) * p.numel()
 
     def param_name(self, group_index: int, position: int, global_index: int) -> str:
         """The parameter's name (from named parameters), or `param<global index>` without one."""

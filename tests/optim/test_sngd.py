@@ -258,3 +258,19 @@ def test_bad_configuration_names_the_key():
         _sngd(_mlp(), projector="qr")
     with pytest.raises(ValueError, match="rank"):
         _sngd(_mlp(), rank=0)
+
+
+def test_max_share_sends_matrices_the_subspace_would_mostly_fill_to_adamw():
+    wide, narrow = torch.nn.Parameter(torch.randn(64, 256)), torch.nn.Parameter(torch.randn(32, 256))
+    # rank 32: the wide matrix's subspace holds 1024 / 16384 = 1/16 of it, the narrow one's 1/8
+    opt = SubspaceNGD([wide, narrow], lr=1e-3, rank=32, max_share=1 / 16)
+    group = opt.param_groups[0]
+    assert opt.is_projected(wide, group) and not opt.is_projected(narrow, group)
+    default = SubspaceNGD([wide, narrow], lr=1e-3, rank=32)
+    assert all(default.is_projected(p, default.param_groups[0]) for p in (wide, narrow))
+    for p in (wide, narrow):
+        p.grad = torch.randn_like(p)
+    opt.step()
+    assert "history" in opt.state[wide] and "exp_avg" in opt.state[narrow]
+    with pytest.raises(ValueError, match="max_share"):
+        SubspaceNGD([wide], max_share=0)
