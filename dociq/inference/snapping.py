@@ -68,8 +68,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
                            clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes),
                            ink=page.ink, drawings=page.drawings)
-        if mode == "blocks" and prompts.questions and words is not None:
-            # text the question quotes is in its answer (`keep_quoted`)
+        if mode == "blocks" and prompts.questions and words is not None and prompts.boxes is None and prompts.points is None:
+            # text the question quotes is in its answer (`keep_quoted`); a click or a box says where, itself
             snap = partial(_then_quoted, snap=snap, word_boxes=word_boxes, words=words, blocks=blocks,
                            question=prompts.questions[min(q, len(prompts.questions) - 1)])
         flat = masks[q].reshape(-1, *masks.shape[-2:])

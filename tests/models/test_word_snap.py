@@ -414,3 +414,28 @@ def test_the_part_holding_more_of_a_quoted_title_wins():
     mask[80:90, 20:170] = True
     out = keep_quoted(mask, boxes, words, "where does the section “gamma delta required” start?", blocks)
     assert out[85, 80] and not out[25, 80]           # two of three quoted words against one
+
+
+def test_the_predictors_snapping_keeps_a_quotation_for_questions_alone():
+    from types import SimpleNamespace
+
+    from dociq.inference.prompts import Prompts
+    from dociq.inference.snapping import snap_masks
+
+    boxes, words, _ = _quoted_page()
+    image = np.full((120, 200, 3), 255, np.uint8)
+    for x0, y0, x1, y1 in boxes.astype(int):
+        image[y0 + 2:y1 - 2, x0 + 2:x1 - 2] = 0                  # ink where the words are
+    mask = np.zeros((1, 120, 200), bool)
+    mask[0, 20:30, 20:150] = True                              # the model painted the first paragraph
+    question = ["which paragraph mentions “epsilon”?"]
+
+    def snapped(boxes_prompt=None):
+        page = SimpleNamespace(image=image, words=words, text_blocks=None, ink=None, drawings=None)
+        prompts = Prompts(count=1, questions=question, points=None, labels=None, boxes=boxes_prompt)
+        return snap_masks(mask, prompts, page, boxes, "blocks")[0]
+
+    out = snapped()
+    assert out[85, 100] and not out[25, 80]                    # moved to the paragraph holding "epsilon"
+    framed = snapped(np.array([[10.0, 10.0, 160.0, 40.0]]))
+    assert framed[25, 80] and not framed[85, 100]              # a box says where: the quotation does not move it
