@@ -109,6 +109,7 @@ def natural_galore(named_params: NamedParams, rank: int = 32, update_proj_gap: i
                    eps: float = 1e-6) -> torch.optim.Optimizer:
     """Natural GaLore (`dociq.optim.natural_galore`): GaLore's groups and settings, the projected
     gradient preconditioned by the inverse empirical Fisher of its last `history` values."""
+    # deferred: it imports galore-torch, a training extra the other optimizers do not need
     from dociq.optim.natural_galore import NaturalGaLoreAdamW
 
     groups = low_rank_groups(named_params, weight_decay, rank=rank, update_proj_gap=update_proj_gap,
