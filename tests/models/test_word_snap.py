@@ -376,11 +376,16 @@ def _quoted_page():
     return boxes, words, [[0, 1, 2], [3, 4, 5]]
 
 
-def test_a_quoted_word_keeps_the_part_that_holds_it_and_drops_the_rest():
-    boxes, words, blocks = _quoted_page()
+def _both_paragraphs_painted():
     mask = np.zeros((120, 200), bool)
     mask[20:30, 20:150] = True
     mask[80:90, 20:170] = True
+    return mask
+
+
+def test_a_quoted_word_keeps_the_part_that_holds_it_and_drops_the_rest():
+    boxes, words, blocks = _quoted_page()
+    mask = _both_paragraphs_painted()
     out = keep_quoted(mask, boxes, words, "which paragraph mentions “beta”?", blocks)
     assert out[25, 80] and not out[85, 80]
     # "requires" is one edit from "required": the second paragraph holds the quotation
@@ -409,9 +414,7 @@ def test_quotations_the_answer_need_not_hold_and_words_the_page_lacks_change_not
 
 def test_the_part_holding_more_of_a_quoted_title_wins():
     boxes, words, blocks = _quoted_page()
-    mask = np.zeros((120, 200), bool)
-    mask[20:30, 20:150] = True
-    mask[80:90, 20:170] = True
+    mask = _both_paragraphs_painted()
     out = keep_quoted(mask, boxes, words, "where does the section “gamma delta required” start?", blocks)
     assert out[85, 80] and not out[25, 80]           # two of three quoted words against one
 
