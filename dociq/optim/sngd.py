@@ -69,6 +69,7 @@ refresh count) and never stored. Fallback parameters: AdamW's state
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import defaultdict
@@ -87,6 +88,8 @@ PROJECTORS = ("random", "tucker", "coordinates")
 FALLBACKS = ("adamw", "factored")
 REFRESH_POLICIES = ("carry", "reset")
 PRECONDITIONERS = ("ngd", "none", "adam", "sqrt")
+# The group settings the fallback step reads.
+_FALLBACK_KEYS = ("fallback", "lr", "weight_decay", "fallback_betas", "fallback_eps")
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -103,6 +106,33 @@ def _fused_ok(params: list) -> bool:
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's part of a DTensor (a view: in-place ops on it update the DTensor); t itself otherwise."""
     return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _hashable(value):
+    """A group setting as a dict key (a loaded state dict gives lists where the config gave tuples;
+    a tensor lr keys by identity)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """t's storage as one 1-D view (t dense, any dim order: contiguous or channels-last)."""
+    if t.is_contiguous():
+        return t.view(-1)
+    order = sorted((st, n) for st, n in zip(t.stride(), t.shape) if n > 1)
+    dense = 1
+    for st, n in order:
+        if st != dense:
+            raise ValueError(f"SubspaceNGD: a parameter or gradient of shape {tuple(t.shape)} has strides "
+                             f"{t.stride()} (not dense); make it contiguous (e.g. .contiguous()) before training")
+        dense *= n
+    return t.as_strided((t.numel(),), (1,))
+
+
+@functools.lru_cache(maxsize=None)
+def _ladder_constants(s: int, retries: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """I_s and the ladder's powers 10^0 .. 10^(retries+1), made once per size, dtype and device."""
+    return (torch.eye(s, dtype=dtype, device=device),
+            10.0 ** torch.arange(retries + 2, dtype=dtype, device=device))
 
 
 def _chunk(n: int, world: int, rank: int) -> tuple[int, int]:
@@ -185,7 +215,7 @@ class SubspaceNGD(Optimizer):
         self._layout: Optional[dict] = None
         self._cache: dict = {}        # per (bucket, member set): the batched state buffers
         self._factors: dict = {}      # per parameter: the factors in force (between refreshes)
-        self._meshes: dict = {}       # per parameter: its index factors' block mesh (coordinates)
+        self._offsets: dict = {}      # per parameter: its block's storage offsets (coordinates)
         self.skipped_steps = 0
         # Non-finite gradients skip a step; this many in a row means the run diverged: stop (0: never).
         if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 0):
@@ -203,7 +233,7 @@ class SubspaceNGD(Optimizer):
         self._layout = None
         self._cache = {}
         self._factors = {}
-        self._meshes = {}
+        self._offsets = {}
 
     def is_projected(self, p: torch.Tensor, group: dict) -> bool:
         if not group["project"] or p.dim() < 2 or p.numel() < group["min_numel"]:
@@ -427,25 +457,27 @@ class SubspaceNGD(Optimizer):
         if not grads:
             return loss
         sharding = self.layout["sharding"]
-        norms = torch._foreach_norm([_local(g) for g in grads])
+        norms = torch.stack(torch._foreach_norm([_local(g) for g in grads])).float()
         if sharding is not None:
             # Whole-gradient norms (every rank then takes the same skip / zero decisions).
-            squares = sharding.sum_(torch.stack(norms).float().square())
-            norms = list(squares.sqrt().unbind())
-        n_rest = sum(len(ps) for ps in rest)
-        start = n_rest
-        for plan in plans:
-            plan["grad_norm"] = torch.stack(norms[start:start + len(plan["ps"])]).float()
-            start += len(plan["ps"])
+            norms = sharding.sum_(norms.square()).sqrt()
         bad, zero = self._host_read(norms)
         if bad:
             return self._skip(loss)
+        start = sum(len(ps) for ps in rest)
+        for plan in plans:
+            plan["grad_norm"] = norms[start:start + len(plan["ps"])]
+            start += len(plan["ps"])
         self.skips_in_row = 0
         if any(zero):
             rest, plans = self._without_zero_gradients(rest, plans, zero)
+        # Groups whose fallback settings agree step together (one fused kernel call).
+        same = defaultdict(list)
         for group, params in zip(self.param_groups, rest):
             if params:
-                self._fallback_step(group, params)
+                same[tuple(_hashable(group[k]) for k in _FALLBACK_KEYS)].append((group, params))
+        for members in same.values():
+            self._fallback_step(members[0][0], [p for _, params in members for p in params])
         for plan in plans:
             self._prepare(plan)
         self._project_all(plans)
@@ -482,13 +514,12 @@ class SubspaceNGD(Optimizer):
             whole.append(w)
         return [(summed, gain) for summed, (_, gain) in zip(sharding.sum_all(whole), cores)]
 
-    def _host_read(self, norms: list) -> tuple[bool, list[bool]]:
+    def _host_read(self, norms: torch.Tensor) -> tuple[bool, list[bool]]:
         """The one host sync of a step: any non-finite gradient? which gradients are exactly
         zero? (+ the fallback counter)."""
-        stacked = torch.stack([n.float() for n in norms])
-        flags = [stacked.sum().isfinite().logical_not().long().view(1), (stacked == 0).long()]
+        flags = [norms.sum().isfinite().logical_not().long().view(1), (norms == 0).long()]
         if self._fallback_count is not None:
-            flags.append(self._fallback_count.to(stacked.device).long().view(1))
+            flags.append(self._fallback_count.to(norms.device).long().view(1))
         values = torch.cat(flags).tolist()
         bad, zero = bool(values[0]), [bool(v) for v in values[1:1 + len(norms)]]
         if self._fallback_count is not None and values[-1] != self._fallback_seen:
@@ -595,10 +626,12 @@ class SubspaceNGD(Optimizer):
                 if g.shape[0] == 0:          # a rank without rows of this matrix
                     low[i] = 0
                     continue
-                block = g[self._mesh(p, fs[:g.dim()])]
+                flat = self._block_offsets(p, g, fs[:g.dim()])
                 if len(fs) > g.dim():        # sharded: zero the entries of other ranks' rows
-                    block = block * fs[-1].view(-1, *[1] * (g.dim() - 1))
-                low[i] = block.reshape(-1)
+                    block = _flat(g).index_select(0, flat).view(ranks) * fs[-1].view(-1, *[1] * (g.dim() - 1))
+                    low[i] = block.reshape(-1)
+                else:
+                    torch.index_select(_flat(g), 0, flat, out=low[i])
             elif g.dim() == 2:
                 u, v = fs
                 # (G V) first: the long inner dimension on G's contiguous rows (measured faster
@@ -609,14 +642,17 @@ class SubspaceNGD(Optimizer):
         plan.update(group=group, ranks=ranks, factors=factors, bufs=bufs, low=low, t=t,
                     k_rows=sharding.rows(k) if sharding else (0, k))
 
-    def _mesh(self, p: torch.Tensor, index: list) -> tuple:
-        """The open-mesh indices of p's S_1 x .. x S_d block (index factors), made once per
-        subspace: a refresh gives new factor tensors, and with them a new mesh."""
-        entry = self._meshes.get(p)
-        if entry is None or entry[0] is not index[0]:
+    def _block_offsets(self, p: torch.Tensor, t: torch.Tensor, index: list) -> torch.Tensor:
+        """The storage offsets in t (p's gradient or p itself) of p's S_1 x .. x S_d block (index
+        factors), in the block's row-major order: one index_select gathers the block, one index_add_
+        steps it. Made once per subspace and layout (a refresh gives new factor tensors)."""
+        key = (index[0], t.stride())
+        entry = self._offsets.get(p)
+        if entry is None or entry[0][0] is not key[0] or entry[0][1] != key[1]:
             d = len(index)
-            mesh = tuple(idx.view(*[idx.shape[0] if j == i else 1 for j in range(d)]) for i, idx in enumerate(index))
-            self._meshes[p] = entry = (index[0], mesh)
+            offsets = sum(idx.view(*[idx.shape[0] if j == i else 1 for j in range(d)]) * t.stride(i)
+                          for i, idx in enumerate(index))
+            self._offsets[p] = entry = (key, offsets.reshape(-1))
         return entry[1]
 
     def _row_factors(self, factors: list, rows: tuple[int, int]) -> list:
@@ -695,6 +731,9 @@ class SubspaceNGD(Optimizer):
         lr, wd = group["lr"], group["weight_decay"]
         decay = 1.0 - lr * wd
         info = self.layout["info"]
+        # -lr x the core updates and the residual gains, each member's row taken in one op.
+        steps = update.mul(-lr).unbind() if projection.is_index(plan["factors"][0]) else None
+        gains = res_gain.unbind() if res_gain is not None else None
         for i, p in enumerate(ps):
             fs = self._row_factors(plan["factors"][i], info[p]["rows"])
             w = _local(p)
@@ -702,11 +741,11 @@ class SubspaceNGD(Optimizer):
                 # U core V^T lives on the S_0 x .. x S_d block: decay everything, add into the block.
                 if wd != 0:
                     w.mul_(decay)
-                core = update[i].view(ranks).to(w.dtype).mul(-lr)
+                core = steps[i].to(w.dtype)
                 if len(fs) > w.dim():        # sharded: only this rank's rows
-                    core = core * fs[-1].view(-1, *[1] * (w.dim() - 1)).to(w.dtype)
+                    core = (core.view(ranks) * fs[-1].view(-1, *[1] * (w.dim() - 1)).to(w.dtype)).reshape(-1)
                 if w.shape[0] > 0:
-                    w.index_put_(self._mesh(p, fs[:w.dim()]), core, accumulate=True)
+                    _flat(w).index_add_(0, self._block_offsets(p, w, fs[:w.dim()]), core)
             elif p.dim() == 2:
                 u, v = fs
                 # W <- decay W - lr U (core V^T): one in-place addmm, no full-size temporary.
@@ -717,8 +756,8 @@ class SubspaceNGD(Optimizer):
                 if wd != 0:
                     w.mul_(decay)
                 w.add_(full.to(w.dtype), alpha=-lr)
-            if res_gain is not None:
-                w.addcmul_(_local(p.grad), res_gain[i].to(w.dtype), value=-lr)
+            if gains is not None:
+                w.addcmul_(_local(p.grad), gains[i].to(w.dtype), value=-lr)
             self.state[p]["step"] = plan["t"] + 1
 
     def _refresh_tucker(self, group, ps, due, factors, hist, mom, t) -> list:
@@ -828,37 +867,35 @@ class SubspaceNGD(Optimizer):
         Gs = [hist for hist, _ in pairs]
         gs = [grad.to(hist.dtype) for hist, grad in pairs]
         # G^T [G | g] in one product per bucket: the Gram [B, s, s] and the right side [B, s, 1].
-        both = torch.cat([G.transpose(1, 2) @ torch.cat([G, g.unsqueeze(-1)], dim=2)
-                          for G, g in zip(Gs, gs)]).to(dtype)
+        both = [torch.bmm(G.transpose(1, 2), torch.cat([G, g.unsqueeze(-1)], dim=2)) for G, g in zip(Gs, gs)]
+        both = (both[0] if len(both) == 1 else torch.cat(both)).to(dtype)
         gram, rhs = both[..., :-1], both[..., -1:]
         if reduce is not None:
             gram, rhs = reduce([gram, rhs])
-        lam = SubspaceNGD._lambda_from_columns(gram.diagonal(dim1=1, dim2=2), group["damping"])
-        floor = torch.finfo(dtype).tiny ** 0.5
+        diag = gram.diagonal(dim1=1, dim2=2)
+        lam = SubspaceNGD._lambda_from_columns(diag, group["damping"])
         s, R = gram.shape[2], group["max_retries"]
-        eye = torch.eye(s, dtype=dtype, device=gram.device)
-        scale = gram.diagonal(dim1=1, dim2=2).mean(dim=1).clamp_min(floor)
+        eye, powers = _ladder_constants(s, R, dtype, gram.device)
         # Rung j >= 1: lam raised x10 per retry and to at least 1e-6 of the Gram scale, i.e.
-        # max(10^j lam, 10^(j-1) 1e-6 scale). Rung R+1 is the lam of a member whose every try failed.
-        powers = 10.0 ** torch.arange(R + 2, dtype=dtype, device=gram.device)
-        ladder = torch.maximum(lam[:, None] * powers, 1e-7 * scale[:, None] * powers)
+        # 10^j max(lam, 1e-7 scale). Rung R+1 is the lam of a member whose every try failed.
+        scale = diag.mean(dim=1).clamp_min(torch.finfo(dtype).tiny ** 0.5)
+        ladder = torch.maximum(lam, scale.mul_(1e-7)).unsqueeze(1) * powers
         ladder[:, 0] = lam
-        chol, info = torch.linalg.cholesky_ex(gram[:, None] + ladder[:, :R + 1, None, None] * eye)
+        chol, info = torch.linalg.cholesky_ex(torch.addcmul(gram.unsqueeze(1), ladder[:, :R + 1, None, None], eye))
         ok = info == 0                                             # [B, R+1]
         failed = ~ok.any(dim=1)
         first = torch.where(failed, R + 1, ok.to(torch.int8).argmax(dim=1))
-        lam = ladder.gather(1, first[:, None]).squeeze(1)
-        pick = chol.gather(1, first.clamp_max(R)[:, None, None, None].expand(-1, 1, s, s)).squeeze(1)
-        z = torch.cholesky_solve(rhs, torch.where(failed[:, None, None], eye, pick))
-        z = torch.where(failed[:, None, None], torch.zeros_like(z), z)
+        lam = ladder.gather(1, first.unsqueeze(1)).squeeze(1)
+        pick = chol[torch.arange(chol.shape[0], device=chol.device), first.clamp_max(R)]
+        # A member whose every rung failed takes z = 0 (its pick holds no factor: solve, then drop).
+        z = torch.cholesky_solve(rhs, pick).masked_fill_(failed[:, None, None], 0.0)
         results, start = [], 0
         for G, g in zip(Gs, gs):
             stop = start + G.shape[0]
             # lam may lie below the history dtype's range (an fp64 floor for a vanishing
             # history): floor it there too, or g / lam is 0 / 0.
-            zs = z[start:stop].to(G.dtype)
             lams = lam[start:stop, None].to(G.dtype).clamp_min(torch.finfo(G.dtype).tiny ** 0.5)
-            results.append((g - (G @ zs).squeeze(-1)) / lams)
+            results.append(torch.baddbmm(g.unsqueeze(-1), G, z[start:stop].to(G.dtype), alpha=-1).squeeze(-1).div_(lams))
             start = stop
         return results, lam, failed
 
@@ -970,7 +1007,7 @@ class SubspaceNGD(Optimizer):
         self._layout = None
         self._cache = {}
         self._factors = {}
-        self._meshes = {}
+        self._offsets = {}
 
     def _match_by_name(self, state_dict: dict) -> dict:
         saved_groups = state_dict["param_groups"]

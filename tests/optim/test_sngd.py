@@ -274,3 +274,63 @@ def test_max_share_sends_matrices_the_subspace_would_mostly_fill_to_adamw():
     assert "history" in opt.state[wide] and "exp_avg" in opt.state[narrow]
     with pytest.raises(ValueError, match="max_share"):
         SubspaceNGD([wide], max_share=0)
+
+
+def test_resume_with_the_factorys_param_groups_is_bit_exact():
+    """The recipe's groups (projected / fallback x decay / no decay): the fallback's groups that
+    share settings step together, before and after a state dict is loaded (which turns tuples
+    into lists)."""
+    from dociq.optim import factory
+
+    def build(model):
+        return factory.sngd(list(model.named_parameters()), lr=0.02, rank=6, history=4,
+                            refresh_every=5, min_numel=200, projector="coordinates")
+
+    straight = _mlp()
+    _train(straight, build(straight), 8)
+    first = _mlp()
+    opt1 = build(first)
+    assert len(opt1.param_groups) > 1
+    _train(first, opt1, 4)
+    saved = _save_load({"model": first.state_dict(), "optim": opt1.state_dict()})
+    second = _mlp(seed=123)
+    second.load_state_dict(saved["model"])
+    opt2 = build(second)
+    opt2.load_state_dict(saved["optim"])
+    _train(second, opt2, 4)
+    for a, b in zip(straight.parameters(), second.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_coordinates_step_the_block_of_a_channels_last_weight():
+    """The block's offsets follow the tensor's strides: a channels-last conv trains as its
+    contiguous twin does (to rounding: the convolutions themselves differ in order)."""
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    x = torch.randn(16, 3, 8, 8)
+    y = (x[:, 0].mean(dim=(1, 2)) > 0).long()
+    nets = [net(), net().to(memory_format=torch.channels_last)]
+    assert not nets[1][2].weight.is_contiguous()
+    for model in nets:
+        opt = SubspaceNGD(model.parameters(), lr=0.01, rank=4, history=4, refresh_every=10,
+                          min_numel=200, projector="coordinates")
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(model(x if model is nets[0] else
+                                                           x.to(memory_format=torch.channels_last)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    moved = (nets[0][2].weight - net()[2].weight).detach().abs().max()
+    assert moved > 1e-3
+    torch.testing.assert_close(nets[1][2].weight, nets[0][2].weight, atol=1e-5 * float(moved) + 1e-6, rtol=1e-4)
+
+
+def test_a_weight_that_is_not_dense_in_memory_is_named():
+    w = torch.nn.Parameter(torch.randn(64, 128)[:, ::2])          # every other column of a buffer
+    opt = SubspaceNGD([w], lr=0.01, rank=4, min_numel=200, projector="coordinates")
+    w.grad = torch.randn(64, 64)
+    with pytest.raises(ValueError, match=r"shape \(64, 64\).*not dense.*contiguous"):
+        opt.step()
