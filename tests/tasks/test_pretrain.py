@@ -10,7 +10,7 @@ from dociq.data.masking import MLMMasking, MultiBlockMasking
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import OcrTokenizer
 from dociq.models.sizes import complete_model_config
-from dociq.training.tasks.pretrain import PretrainTask
+from dociq.training.tasks.pretrain import PretrainTask, page_content
 
 # Small enough for a few optimizer steps in seconds: 128 px pages = a 4x4 grid of mask units.
 MODEL = complete_model_config(dict(size="tiny", image_size=128, fusion={"depth": 1}, predictor={"depth": 1}))
@@ -192,3 +192,56 @@ def test_collapse_regulariser_is_weighted_into_the_total(batch):
     encoder_grads = [p.grad for p in task.model.image_encoder.parameters() if p.grad is not None]
     assert encoder_grads and any(g.abs().sum() > 0 for g in encoder_grads)
     assert all(p.grad is None for p in task.model.text_encoder.parameters())
+
+
+def test_page_content_keeps_only_what_varies_across_pages():
+    torch.manual_seed(0)
+    position = torch.randn(1, 16, 8, dtype=torch.float64) * 5.0     # the same on every page
+    content = torch.randn(6, 16, 8, dtype=torch.float64) * 0.1
+    out = page_content(position + content)
+    torch.testing.assert_close(out.mean(dim=0), torch.zeros(16, 8, dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(out.var(dim=0).mean(), torch.tensor(1.0, dtype=torch.float64))
+    expected = content - content.mean(dim=0, keepdim=True)
+    torch.testing.assert_close(out, expected / expected.var(dim=0).mean().sqrt())
+    assert torch.count_nonzero(page_content(position)) == 0    # one page: nothing varies
+
+
+def test_page_norm_targets_make_a_constant_prediction_unexplained():
+    """With target_norm=page the D-JEPA target at each unit averages to zero over the pages, so a
+    predictor that ignores the page (all zeros) explains none of it: `unexplained` is the share of
+    the across-page variance a mean over B pages leaves, (B - 1) / B, give or take which units are
+    targets. With layer-normed targets the same predictor leaves each unit's position unexplained."""
+    batch = make_batch(num_pages=6, seed=3)
+    torch.manual_seed(0)
+    task = PretrainTask(model=MODEL, init={}, target_norm="page")
+    torch.nn.init.zeros_(task.feature_head.proj.weight)
+    torch.nn.init.zeros_(task.feature_head.proj.bias)
+    task.eval()
+    with torch.no_grad():
+        image_tokens = task.model.image_encoder(batch["image"], batch["ctx_idx"])
+        fused, _ = task.model.fuse(batch, image_tokens, keep_idx=batch["ctx_idx"])
+        out = task._djepa(batch, fused)
+    assert abs(float(out["unexplained"]) - 5 / 6) < 0.15, float(out["unexplained"])
+    layer = PretrainTask(model=MODEL, init={})
+    layer.load_state_dict(task.state_dict())
+    layer.eval()
+    with torch.no_grad():
+        assert float(layer._djepa(batch, fused)["unexplained"]) > 5.0   # the position part is unexplained too
+    with pytest.raises(ValueError, match="task.target_norm='batch'; allowed: layer, page"):
+        PretrainTask(model=MODEL, target_norm="batch")
+
+
+@pytest.mark.parametrize("context, masked_slots_matter", [("grid", True), ("visible", False)])
+def test_predictor_context_decides_whether_masked_slots_reach_the_prediction(batch, context, masked_slots_matter):
+    torch.manual_seed(0)
+    task = PretrainTask(model=MODEL, init={}, predictor_context=context)
+    task.eval()
+    with torch.no_grad():
+        image_tokens = task.model.image_encoder(batch["image"], batch["ctx_idx"])
+        fused, _ = task.model.fuse(batch, image_tokens, keep_idx=batch["ctx_idx"])
+        visible = torch.zeros(fused.shape[:2], dtype=torch.bool).scatter_(1, batch["ctx_idx"], True)
+        changed = torch.where(visible[..., None], fused, fused + torch.randn_like(fused))
+        a, b = task._djepa(batch, fused)["djepa"], task._djepa(batch, changed)["djepa"]
+    assert (not torch.equal(a, b)) == masked_slots_matter
+    with pytest.raises(ValueError, match="task.predictor_context='all'; allowed: grid, visible"):
+        PretrainTask(model=MODEL, predictor_context="all")

@@ -19,6 +19,16 @@ One forward per batch serves all three losses, because the masking is complement
 So the image is recovered from the text and the text from the image. `loss.<name>: 0` turns a
 loss (and its compute) off. The target encoder is an EMA copy of the image encoder, momentum
 linearly `ema.start` -> `ema.end` over the run; it is part of the checkpoint, so resuming restores it.
+
+Two switches of the D-JEPA target and context, for studying what the image encoder learns from it
+(docs/pretrain.md, "Failure modes"):
+  target_norm        "layer" (I-JEPA): each target token layer-normed over its channels; most of
+                     such a token is its unit's position, the same on every page. "page": then each
+                     unit's mean over the batch's pages is removed and the rest scaled to unit
+                     variance, so the loss is all page content.
+  predictor_context  "grid": the predictor reads the whole fused grid, the masked slots the fusion
+                     filled from the words on them included. "visible": only the context units'
+                     fused tokens, so the words on a target unit reach it only through context.
 """
 from __future__ import annotations
 
@@ -44,16 +54,24 @@ from dociq.training.tasks.init_weights import load_part
 log = logging.getLogger(__name__)
 
 LOSS_NAMES = ("djepa", "mlm", "mim")
+TARGET_NORMS = ("layer", "page")
+PREDICTOR_CONTEXTS = ("grid", "visible")
 
 
 class PretrainTask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  loss: Mapping[str, float] | None = None,
                  ema: Mapping[str, float] | None = None, mim_norm_pix: bool = False,
-                 reg: Mapping[str, float] | None = None, optimizer=None, scheduler=None) -> None:
+                 reg: Mapping[str, float] | None = None, target_norm: str = "layer",
+                 predictor_context: str = "grid", optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.loss_weights = self._check_loss_weights(loss)
+        for key, value, allowed in (("target_norm", target_norm, TARGET_NORMS),
+                                    ("predictor_context", predictor_context, PREDICTOR_CONTEXTS)):
+            if value not in allowed:
+                raise ValueError(f"task.{key}={value!r}; allowed: {', '.join(allowed)}")
+        self.target_norm, self.predictor_context = target_norm, predictor_context
         ema = dict(ema or {})
         unknown = set(ema) - {"start", "end"}
         if unknown:
@@ -159,19 +177,27 @@ class PretrainTask(DociqTask):
         with torch.no_grad():
             features = self.target_encoder(batch["image"], None)    # [B, N, E], full page
             features = F.layer_norm(features, features.shape[-1:])
+            target_std = features.float().std(dim=0).mean()
+            if self.target_norm == "page":
+                features = page_content(features)
         E, N = features.shape[-1], fused_img.shape[1]
         flat_idx = tgt_idx.reshape(B * M, Nt)
         target = features.repeat_interleave(M, dim=0).gather(1, flat_idx[..., None].expand(-1, -1, E))
-        # The predictor's context is the whole fused grid: context units plus the masked slots the
-        # fusion filled from the text. No slot holds target pixels (they never reach the encoder).
-        grid_idx = torch.arange(N, device=fused_img.device).expand(B * M, N)
-        pred = self.predictor(fused_img.repeat_interleave(M, dim=0), grid_idx, flat_idx,
-                              self.model.unit_grid)
+        # No slot of the fused grid holds target pixels (they never reach the encoder); "grid" also
+        # gives the predictor the masked slots the fusion filled from the words lying on them.
+        if self.predictor_context == "grid":
+            context, context_idx = fused_img, torch.arange(N, device=fused_img.device).expand(B, N)
+        else:
+            ctx_idx = batch["ctx_idx"]
+            context = fused_img.gather(1, ctx_idx[..., None].expand(-1, -1, fused_img.shape[-1]))
+            context_idx = ctx_idx
+        pred = self.predictor(context.repeat_interleave(M, dim=0), context_idx.repeat_interleave(M, dim=0),
+                              flat_idx, self.model.unit_grid)
         pred = self.feature_head(pred)
         return {"djepa": F.smooth_l1_loss(pred, target),
                 # collapse signals: if these go to 0 every page maps to the same features
                 # (as stage=ijepa: std across pages at a fixed unit / block slot)
-                "target_std": features.float().std(dim=0).mean().detach(),
+                "target_std": target_std,
                 "pred_std": pred.detach().float().reshape(B, M * Nt, -1).std(dim=0).mean(),
                 "unexplained": unexplained_fraction(pred.detach(), target, features)}
 
@@ -223,6 +249,16 @@ class PretrainTask(DociqTask):
     def trainable_named_parameters(self):
         return [(n, p) for n, p in self.named_parameters()
                 if p.requires_grad and not n.startswith("target_encoder.")]
+
+
+def page_content(features: torch.Tensor) -> torch.Tensor:
+    """[B, N, E] tokens -> what varies across the batch's pages at each unit: each unit's mean over
+    the pages removed, scaled so that the mean variance across pages is 1. A batch of one page
+    has no such content (all zeros)."""
+    residual = features - features.mean(dim=0, keepdim=True)
+    if features.shape[0] < 2:
+        return residual
+    return residual / residual.var(dim=0).mean().sqrt().clamp_min(1e-6)
 
 
 def _image_encoder_state(path: str) -> dict[str, torch.Tensor]:
