@@ -120,6 +120,19 @@ def test_loss_falls_when_overfitting_two_pages(batch):
     assert max(ious[-3:]) > 0.05, ious       # masks of the prompted regions start to appear
 
 
+def test_loss_targets_reach_the_loss_and_bad_values_are_named(batch):
+    with pytest.raises(ValueError, match=r"task.loss_targets='max'; allowed: area, peaked"):
+        make_task(loss_targets="max")
+    torch.manual_seed(0)
+    area = make_task(rounds=1, loss_size=8, box_noise=0.0).run_rounds(batch, 1, kinds=("question",))
+    torch.manual_seed(0)
+    peaked = make_task(rounds=1, loss_size=8, box_noise=0.0, loss_targets="peaked").run_rounds(
+        batch, 1, kinds=("question",))
+    # same weights (seeded), same prompts: on an 8 x 8 grid some targets are smaller than a cell
+    assert torch.equal(area["targets"], peaked["targets"])
+    assert not torch.allclose(area["loss"], peaked["loss"])
+
+
 def test_rounds_click_in_error_region_and_feed_mask_prompt(batch, task, monkeypatch):
     calls = []
     decode = task.model.decode

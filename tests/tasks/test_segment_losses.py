@@ -11,11 +11,52 @@ from dociq.training.tasks.segment_losses import (
     append_points,
     dice_loss,
     focal_loss,
+    loss_grid_targets,
     mask_iou,
     sample_correction_points,
     segmentation_loss,
     select_mask_prompt,
 )
+
+
+def _digit_and_paragraph():
+    """Two 64 x 64 targets: a 3 x 5 px digit inside one 8 x 8 cell of the 8 x 8 loss grid, and a
+    20 x 40 px block straddling cells."""
+    t = torch.zeros(2, 64, 64)
+    t[0, 9:14, 17:20] = 1
+    t[1, 10:30, 4:44] = 1
+    return t
+
+
+def test_area_targets_are_cell_shares_and_never_reach_half_for_a_target_smaller_than_a_cell():
+    t = _digit_and_paragraph()
+    soft = loss_grid_targets(t, 8, "area")
+    assert soft.shape == (2, 8, 8)
+    assert soft[0].max().item() == pytest.approx(15 / 64)            # the digit's cell: 15 of 64 px
+    assert soft[0].nonzero().tolist() == [[1, 2]]
+    assert soft[1, 2, 1].item() == 1.0 and soft[1, 1, 1].item() == pytest.approx(6 / 8)   # rows 10..15 of 8..15
+    assert torch.allclose(soft.sum((-2, -1)) * 64, t.sum((-2, -1)))   # shares add up to the target's area
+
+
+def test_peaked_targets_keep_a_small_targets_best_cell_at_one_and_leave_others_alone():
+    t = _digit_and_paragraph()
+    area, peaked = loss_grid_targets(t, 8, "area"), loss_grid_targets(t, 8, "peaked")
+    assert peaked[0, 1, 2].item() == pytest.approx(1.0) and (peaked[0] > 0).sum() == 1
+    assert torch.equal(peaked[1], area[1])                            # a target reaching 0.5 is unchanged
+    # a digit across two cells keeps its proportions, its larger share scaled to 1
+    two = torch.zeros(1, 64, 64)
+    two[0, 9:13, 14:19] = 1                                           # 2 columns in cell 1, 3 in cell 2
+    p = loss_grid_targets(two, 8, "peaked")[0]
+    assert p[1, 2].item() == pytest.approx(1.0) and p[1, 1].item() == pytest.approx(2 / 3)
+    # an empty target stays empty; the loss of a decoder that paints nothing now sees the digit
+    assert loss_grid_targets(torch.zeros(1, 64, 64), 8, "peaked").sum() == 0
+    assert mask_iou(torch.full((1, 1, 8, 8), -5.0), area[:1, None]).item() == 1.0       # "empty is right"
+    assert mask_iou(torch.full((1, 1, 8, 8), -5.0), peaked[:1, None]).item() == 0.0
+
+
+def test_loss_grid_targets_name_the_allowed_modes():
+    with pytest.raises(ValueError, match=r"task.loss_targets='max'; allowed: area, peaked"):
+        loss_grid_targets(torch.zeros(1, 8, 8), 4, "max")
 
 
 def _left_half(h=8, w=8):

@@ -46,7 +46,8 @@ from dociq.models.segmenter import Answer, SegmentationModel, remove_ocr_words
 from dociq.models.text_encoder import load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.init_weights import load_part
-from dociq.training.tasks.segment_losses import append_points, sample_correction_points, segmentation_loss
+from dociq.training.tasks.segment_losses import (LOSS_TARGETS, append_points, loss_grid_targets,
+                                                 sample_correction_points, segmentation_loss)
 from dociq.data.scoring import SegmentationMetrics
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ class FinetuneTask(DociqTask):
                  rounds: int = 2, box_noise: float = 0.1,
                  loss: Mapping[str, float] | None = None,
                  freeze: Mapping[str, bool] | None = None,
-                 ocr: bool = True, loss_size: int | None = None, lexical_match: bool = True,
-                 optimizer=None, scheduler=None) -> None:
+                 ocr: bool = True, loss_size: int | None = None, loss_targets: str = "area",
+                 lexical_match: bool = True, optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.prompt_probs = self._check_prompts(prompts)
@@ -82,6 +83,9 @@ class FinetuneTask(DociqTask):
         if loss_size is not None and int(loss_size) < 1:
             raise ValueError(f"task.loss_size must be a positive side length or null, got {loss_size}")
         self.loss_size = None if loss_size is None else int(loss_size)
+        if loss_targets not in LOSS_TARGETS:
+            raise ValueError(f"task.loss_targets={loss_targets!r}; allowed: {', '.join(LOSS_TARGETS)}")
+        self.loss_targets = loss_targets
         loss = dict(DEFAULT_LOSS) | dict(loss or {})
         if set(loss) - set(DEFAULT_LOSS):
             raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - set(DEFAULT_LOSS))}; "
@@ -247,8 +251,8 @@ class FinetuneTask(DociqTask):
             targets = torch.where(ambiguous[:, None, None], regions, targets)
         # The loss compares at the input size (SAM) or, cheaper, at `loss_size` (area-averaged
         # soft targets); clicks and metrics always use the input-size targets.
-        loss_targets = targets if self.loss_size is None else F.interpolate(
-            targets[:, None], size=(self.loss_size, self.loss_size), mode="area")[:, 0]
+        loss_targets = targets if self.loss_size is None else \
+            loss_grid_targets(targets, self.loss_size, self.loss_targets)
         page = self.model.embed_page(batch)
         match, word_pos = batch.get("prompt_match"), batch.get("prompt_word_pos")
         if match is not None and not self.use_lexical_match:   # ablation: the words, but no match feature

@@ -59,6 +59,30 @@ def dice_loss(logits: Tensor, targets: Tensor, smooth: float = 1.0) -> Tensor:
     return 1 - (2 * intersection + smooth) / (probs.sum(-1) + targets.sum(-1) + smooth)
 
 
+# How a page-sized target becomes a target on the coarser loss grid (`loss_grid_targets`).
+LOSS_TARGETS = ("area", "peaked")
+
+
+@torch.no_grad()
+def loss_grid_targets(targets: Tensor, size: int, mode: str = "area") -> Tensor:
+    """targets [N, H, W] (0/1) -> soft targets [N, size, size] on the loss grid.
+
+    "area": each cell holds the share of it the target covers. A target smaller than a cell (a
+    page number's digit is 15 px of a 384-px input, a cell of the stride-4 grid 16) then never
+    reaches 0.5 anywhere: the focal and dice losses teach the decoder to leave it out, and the
+    IoU head that an empty mask is right. "peaked": the same shares, with each target whose
+    largest share is under 0.5 divided by that share, so its best-covered cell is 1 and the
+    others keep their proportion."""
+    if mode not in LOSS_TARGETS:
+        raise ValueError(f"task.loss_targets={mode!r}; allowed: {', '.join(LOSS_TARGETS)}")
+    soft = F.interpolate(targets[:, None].float(), size=(size, size), mode="area")[:, 0]
+    if mode == "peaked":
+        peak = soft.amax(dim=(-2, -1), keepdim=True)
+        small = (peak > 0) & (peak < 0.5)
+        soft = torch.where(small, soft / peak.clamp(min=1e-6), soft)
+    return soft
+
+
 @torch.no_grad()
 def mask_iou(logits: Tensor, targets: Tensor) -> Tensor:
     """IoU of the masks `logits > 0` with `targets > 0.5` -> [N, K]; empty vs empty counts as 1."""
