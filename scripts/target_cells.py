@@ -13,10 +13,8 @@ import argparse
 from collections import defaultdict
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from dociq.data.collate import resize_longest_side
+from dociq.data.collate import _masks_to_input_frame
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.training.tasks.segment_losses import loss_grid_targets
 
@@ -25,12 +23,12 @@ def region_cells(pages, image_size: int) -> dict[str, list[tuple[float, int]]]:
     """{class: [(largest cell share on the loss grid, pixels in the input frame), ...]}."""
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for page in pages:
-        h, w = resize_longest_side(page.size, image_size)
-        for region in page.regions:
-            m = F.interpolate(torch.from_numpy(region.mask)[None, None].float(), size=(h, w), mode="nearest")
-            m = F.pad(m, (0, image_size - w, 0, image_size - h))[:, 0]
-            cells = loss_grid_targets(m, image_size // 4, "area")
-            out[region.label].append((cells.max().item(), int(m.sum().item())))
+        if not page.regions:
+            continue
+        frame = _masks_to_input_frame(np.stack([r.mask for r in page.regions]), image_size)
+        cells = loss_grid_targets(frame, image_size // 4, "area")
+        for region, peak, pixels in zip(page.regions, cells.amax((-2, -1)).tolist(), frame.sum((-2, -1)).tolist()):
+            out[region.label].append((peak, int(pixels)))
     return out
 
 

@@ -46,7 +46,7 @@ from dociq.models.segmenter import Answer, SegmentationModel, remove_ocr_words
 from dociq.models.text_encoder import load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
 from dociq.training.tasks.init_weights import load_part
-from dociq.training.tasks.segment_losses import (LOSS_TARGETS, append_points, loss_grid_targets,
+from dociq.training.tasks.segment_losses import (append_points, check_loss_targets, loss_grid_targets,
                                                  sample_correction_points, segmentation_loss)
 from dociq.data.scoring import SegmentationMetrics
 
@@ -83,9 +83,7 @@ class FinetuneTask(DociqTask):
         if loss_size is not None and int(loss_size) < 1:
             raise ValueError(f"task.loss_size must be a positive side length or null, got {loss_size}")
         self.loss_size = None if loss_size is None else int(loss_size)
-        if loss_targets not in LOSS_TARGETS:
-            raise ValueError(f"task.loss_targets={loss_targets!r}; allowed: {', '.join(LOSS_TARGETS)}")
-        self.loss_targets = loss_targets
+        self.loss_targets = check_loss_targets(loss_targets)
         loss = dict(DEFAULT_LOSS) | dict(loss or {})
         if set(loss) - set(DEFAULT_LOSS):
             raise KeyError(f"unknown task.loss key(s) {sorted(set(loss) - set(DEFAULT_LOSS))}; "
@@ -249,8 +247,8 @@ class FinetuneTask(DociqTask):
             # many regions: "all paragraphs"): its target is the clicked region (SAM).
             regions = batch["region_masks"].flatten(0, 1)
             targets = torch.where(ambiguous[:, None, None], regions, targets)
-        # The loss compares at the input size (SAM) or, cheaper, at `loss_size` (area-averaged
-        # soft targets); clicks and metrics always use the input-size targets.
+        # The loss compares at the input size (SAM) or, cheaper, at `loss_size` (soft targets as
+        # `task.loss_targets` says); clicks and metrics always use the input-size targets.
         loss_targets = targets if self.loss_size is None else \
             loss_grid_targets(targets, self.loss_size, self.loss_targets)
         page = self.model.embed_page(batch)

@@ -63,6 +63,13 @@ def dice_loss(logits: Tensor, targets: Tensor, smooth: float = 1.0) -> Tensor:
 LOSS_TARGETS = ("area", "peaked")
 
 
+def check_loss_targets(mode: str) -> str:
+    """A `task.loss_targets` setting, or a ValueError naming the allowed ones."""
+    if mode not in LOSS_TARGETS:
+        raise ValueError(f"task.loss_targets={mode!r}; allowed: {', '.join(LOSS_TARGETS)}")
+    return mode
+
+
 @torch.no_grad()
 def loss_grid_targets(targets: Tensor, size: int, mode: str = "area") -> Tensor:
     """targets [N, H, W] (0/1) -> soft targets [N, size, size] on the loss grid.
@@ -73,8 +80,7 @@ def loss_grid_targets(targets: Tensor, size: int, mode: str = "area") -> Tensor:
     IoU head that an empty mask is right. "peaked": the same shares, with each target whose
     largest share is under 0.5 divided by that share, so its best-covered cell is 1 and the
     others keep their proportion."""
-    if mode not in LOSS_TARGETS:
-        raise ValueError(f"task.loss_targets={mode!r}; allowed: {', '.join(LOSS_TARGETS)}")
+    check_loss_targets(mode)
     soft = F.interpolate(targets[:, None].float(), size=(size, size), mode="area")[:, 0]
     if mode == "peaked":
         peak = soft.amax(dim=(-2, -1), keepdim=True)
