@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the word boxes (<set>_snap: Predictor(snap='words')) and completed to text blocks "
                         "(<set>_blocks: Predictor(snap='blocks')); with --task-path, questions also painted from "
                         "the word grounding's relevant words (<set>_words)")
+    p.add_argument("--no-class-answers", action="store_true",
+                   help="answer layout questions that name a text class with the decoder's mask instead of the "
+                        "word-class head's text units (Predictor.class_answers = False)")
     p.add_argument("--eval-size", type=int, default=None, metavar="PX",
                    help="score masks in a PX-pixel frame (the page letterboxed as the model's input is) "
                         "instead of the model's input size: e.g. 1024, the corpus pages' own resolution "
@@ -132,6 +135,8 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory(prefix="dociq-eval-ocr-") as ocr_cache:   # one OCR per scanned page
             for label, make, arg in answerers:
                 answerer = make(arg)
+                if args.no_class_answers and hasattr(answerer, "class_answers"):
+                    answerer.class_answers = False
                 pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE), ocr_cache)
                 results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
                                                   args.prompts, compare_snap=args.snap and is_predictor(answerer))

@@ -61,6 +61,8 @@ class OnnxPage:
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
     ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
+    text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
+    word_probs: np.ndarray | None = None         # word_class_probabilities, once a question names a class
 
 
 class OnnxPredictor:
@@ -93,6 +95,7 @@ class OnnxPredictor:
         self.grounding = self.config.get("grounding") or {}
         self.snap = snap
         self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
+        self.class_answers = True            # Predictor.class_answers
         self._page: OnnxPage | None = None
 
     @property
@@ -290,5 +293,6 @@ class OnnxPredictor:
             out = best_guess(logits, out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap)
+            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap,
+                             self.word_class_probabilities if self.class_answers else None)
         return out, scores, low_res

@@ -76,6 +76,10 @@ class Predictor:
         # None returns the decoder's masks as they are.
         self.snap = snap
         self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
+        # With snap="blocks", a layout question naming a text class ("the page number", "all section
+        # headings") is answered by the word-class head's likeliest text units, not by the decoder's
+        # mask (dociq.inference.class_answers); False keeps the decoder's.
+        self.class_answers = True
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -317,7 +321,8 @@ class Predictor:
             out = best_guess(logits.cpu(), out, self.best_guess_margin)
         reads_words = self.use_ocr and len(page.words) > 0
         if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap)
+            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap,
+                             self.word_class_probabilities if self.class_answers else None)
         return out, scores.cpu().numpy(), low_res.cpu().numpy()
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
@@ -345,6 +350,8 @@ class PageState:
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
     ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
+    text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
+    word_probs: np.ndarray | None = None         # word_class_probabilities, once a question names a class
 
 
 def check_device(device: str | torch.device) -> torch.device:

@@ -55,7 +55,7 @@ DRAWING_GAP = 8
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
 
 
-def _pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+def pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     """int [K, 4] word boxes rounded and clipped to an [H, W] frame (empty boxes stay, zero-sized)."""
     h, w = shape
     boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
@@ -121,7 +121,7 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not mask.any() or not len(boxes):
         return mask.copy()
-    return _snapped(mask, _pixel_boxes(boxes, mask.shape))[0]
+    return _snapped(mask, pixel_boxes(boxes, mask.shape))[0]
 
 
 def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +175,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     mask = np.asarray(mask, dtype=bool)
     if ink is not None and mask.any():
         mask = _on_ink(mask, ink)
-    boxes = _pixel_boxes(word_boxes, mask.shape)
+    boxes = pixel_boxes(word_boxes, mask.shape)
     if mask.any() and len(boxes):
         out, members = _snapped(mask, boxes)
     else:
@@ -216,7 +216,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         _click_drawings(out, clicks, positive, on_text, np.asarray(drawings).reshape(-1, 4))
     if box is not None:
         h, w = mask.shape
-        x0, y0, x1, y1 = _pixel_boxes(np.asarray(box), mask.shape)[0]
+        x0, y0, x1, y1 = pixel_boxes(np.asarray(box), mask.shape)[0]
         if ink is not None and mask.any():
             out[y0:y1, x0:x1] |= _drawings(mask[y0:y1, x0:x1], ink[y0:y1, x0:x1], boxes - [x0, y0, x0, y0])
         keep = np.zeros((h, w), dtype=bool)
@@ -255,7 +255,7 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     block_score = np.array([found[:, list(b)].any(1).sum() for b in (blocks or [])], np.int64)
     best_part = part_score.max() if count else 0
     if len(block_score) and block_score.max() > best_part and (block_score == block_score.max()).sum() == 1:
-        pixels = _pixel_boxes(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
+        pixels = pixel_boxes(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
         out = np.zeros_like(mask)
         out[pixels[:, 1].min():pixels[:, 3].max(), pixels[:, 0].min():pixels[:, 2].max()] = True
         return out
@@ -426,7 +426,7 @@ def paint_words(shape: tuple[int, int], word_boxes: np.ndarray, relevant: np.nda
     up to the page's median word height (the words of one paragraph), each block drawn as the
     box around its words."""
     out = np.zeros(shape, dtype=bool)
-    boxes = _pixel_boxes(word_boxes, shape)
+    boxes = pixel_boxes(word_boxes, shape)
     if not len(boxes) or not np.any(relevant):
         return out
     for x0, y0, x1, y1 in boxes[np.asarray(relevant, dtype=bool)]:

@@ -1,0 +1,100 @@
+"""Layout questions that name a text class, answered by the word-class head.
+
+"the page number", "all section headings", "segment the title": the model's word-class head gives
+every OCR word a layout class, and on held-out real pages it finds the page number, the title or a
+heading among the page's text units far more often than the mask decoder's answer to the question
+does (the decoder misses a page number's few pixels on its stride-4 grid, and paints one heading of
+several). Such a question is answered from the head: the page's text units (the blocks, fields and
+cells that `snap_to_blocks` completes masks to) are ranked by their words' mean probability of the
+class; a question that names one region ("the page number") gets the likeliest unit, one that
+names several ("all section headings") every unit within `SHARE_OF_BEST` of the likeliest.
+
+Only the phrasings the model is fine-tuned on name a class (`LAYOUT_PHRASES`, matched without case,
+surrounding spaces or a final '?'); classes that are not text (figures, tables, stamps,
+signatures) keep the decoder's mask, as do questions with a click, a box or a mask prompt beside them.
+docs/finetune.md ("A question that names a class") has the measurements.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dociq.data.schema import REGION_CLASSES
+from dociq.data.synthetic.questions import LAYOUT_PHRASES
+from dociq.data.text_blocks import leader_words
+from dociq.models.word_snap import field_units, field_values, pixel_boxes
+
+# Regions drawn by their ink, not by words: their answer stays the decoder's.
+NOT_TEXT = ("figure", "table", "stamp", "signature")
+# A question naming several regions gets every unit whose mean class probability is at least this
+# share of the best unit's: 0.2-0.4 scored alike on the recipe's held-out split, 0.5 and a rule
+# without the singular/plural split 2-3 points lower (docs/finetune.md).
+SHARE_OF_BEST = 0.3
+
+
+def _normalise(question: str) -> str:
+    return " ".join(question.casefold().strip().rstrip("?").split())
+
+
+def _question_classes() -> dict[str, tuple[str, bool]]:
+    """normalised phrasing -> (its class, whether it names one region). A phrasing in both of a
+    class's lists ("the page header") names one: "the" asks for the likeliest."""
+    out: dict[str, tuple[str, bool]] = {}
+    for label, (singular, plural) in LAYOUT_PHRASES.items():
+        if label in NOT_TEXT:
+            continue
+        for text in plural:
+            out[_normalise(text)] = (label, False)
+        for text in singular:
+            out[_normalise(text)] = (label, True)
+    return out
+
+
+QUESTION_CLASSES = _question_classes()
+
+
+def named_class(question: str) -> tuple[str, bool] | None:
+    """(text class, names one region) of a layout question the model was fine-tuned on, or None
+    for any other question (reading questions, free phrasings, classes that are not text)."""
+    return QUESTION_CLASSES.get(_normalise(question))
+
+
+def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: Sequence[str]) -> list[list[int]]:
+    """The page's text units: each block cut into its fields and cells (`field_units`)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    values, leaders = field_values(boxes, words), leader_words(words, len(boxes))
+    return [unit for block in blocks for unit in field_units(block, boxes, words, values, leaders)]
+
+
+def chosen_units(units: Sequence[Sequence[int]], word_probs: np.ndarray, label: str, one: bool) -> list[int]:
+    """Indices of the units that answer a question naming `label`: the unit whose words' mean
+    probability of it is highest (`one`), or every unit within SHARE_OF_BEST of that. Words the
+    model did not read (rows of zeros) do not count; units without a read word are never chosen.
+    word_probs float [N, len(REGION_CLASSES)] (`Predictor.word_class_probabilities`)."""
+    probs = np.asarray(word_probs, dtype=np.float64)
+    read = probs.sum(1) > 0
+    k = REGION_CLASSES.index(label)
+    score = np.array([probs[u, k][read[u]].mean() if read[u].any() else -1.0 for u in map(list, units)])
+    if not len(score) or score.max() < 0:
+        return []
+    if one:
+        return [int(score.argmax())]
+    return np.flatnonzero((score >= 0) & (score >= SHARE_OF_BEST * score.max())).tolist()
+
+
+def class_answer(shape: tuple[int, int], word_boxes: np.ndarray, units: Sequence[Sequence[int]],
+                 word_probs: np.ndarray, label: str, one: bool) -> np.ndarray | None:
+    """bool [H, W]: the boxes of the units that answer a question naming `label` (`chosen_units`),
+    each the box around its words; None when no unit holds a word the model read."""
+    chosen = chosen_units(units, word_probs, label, one)
+    if not chosen:
+        return None
+    pixels = pixel_boxes(word_boxes, shape)
+    out = np.zeros(shape, dtype=bool)
+    for i in chosen:
+        ids = list(units[i])
+        x0, y0 = pixels[ids, :2].min(0)
+        x1, y1 = pixels[ids, 2:].max(0)
+        out[y0:y1, x0:x1] = True
+    return out
