@@ -238,3 +238,24 @@ def test_word_class_probabilities_read_each_words_first_token(pair):
     expect[word_index[0, first.numpy()]] = torch.from_numpy(logits)[0, first].softmax(-1).numpy()
     assert got.shape == (len(words), 5) and (got.sum(1) > 0).all()
     np.testing.assert_allclose(got, expect, atol=1e-6)
+
+
+def test_class_questions_take_the_word_class_heads_units_on_both_backends(pair, monkeypatch):
+    """A question naming a text class is answered from the word classes on the runner as on torch
+    (the fixture model has no head: both backends are given the same word classes)."""
+    from dociq.data.schema import REGION_CLASSES
+
+    torch_predictor, onnx_predictor = pair
+    image, words, boxes = _page(260, 230, seed=5)
+    probs = np.full((len(words), len(REGION_CLASSES)), 0.01)
+    probs[:, REGION_CLASSES.index("paragraph")] = 0.5
+    probs[len(words) // 2, REGION_CLASSES.index("page_number")] = 0.9
+    questions = ["where is the page number?", "all paragraphs", "the footer"]
+    answers = []
+    for p in (torch_predictor, onnx_predictor):
+        monkeypatch.setattr(p, "word_class_probabilities", lambda: probs)
+        answers.append(p.predict(image, question=questions, words=words, word_boxes=boxes)[0])
+    np.testing.assert_array_equal(answers[0], answers[1])
+    x0, y0, x1, y1 = boxes[len(words) // 2].astype(int)
+    number, paragraphs = answers[0][0], answers[0][1]
+    assert number[y0:y1, x0:x1].all() and number.sum() < paragraphs.sum() / 4   # its unit, not the page

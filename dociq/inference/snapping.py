@@ -48,20 +48,20 @@ def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question
 
 
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
-               word_probs: Callable[[], np.ndarray | None] | None = None) -> np.ndarray:
+               class_probabilities: Callable[[], np.ndarray | None] | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
     "blocks") to `word_boxes`: the page's own, or none when the model does not read the words (a
     box prompt's mask is still kept inside its box). page: the Predictor's or the ONNX runner's set
     page (its `words`; its `text_blocks`, `text_units` and `word_probs`, found here on the first
-    prompt that needs them). With `word_probs` (the backend's `word_class_probabilities`) and
+    prompt that needs them). With `class_probabilities` (the backend's `word_class_probabilities`) and
     "blocks", a question alone that names a text class (`class_answers.named_class`) and asks for
     one mask [Q, H, W] is answered by the word-class head (`class_answers.class_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
-    if mode == "blocks" and words is not None and word_probs is not None and masks.ndim == 3 \
+    if mode == "blocks" and words is not None and class_probabilities is not None and masks.ndim == 3 \
             and prompts.boxes is None and prompts.points is None and prompts.masks is None:
-        return _answer_classes(masks, prompts, page, word_boxes, word_probs,
+        return _answer_classes(masks, prompts, page, word_boxes, class_probabilities,
                                partial(snap_masks, page=page, word_boxes=word_boxes, mode=mode))
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
     if mode == "blocks" and page.ink is None:
@@ -87,12 +87,12 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
 
 
 def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray,
-                    word_probs: Callable[[], np.ndarray | None], snap: Callable) -> np.ndarray:
+                    class_probabilities: Callable[[], np.ndarray | None], snap: Callable) -> np.ndarray:
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
     word-class head and the others snapped as `snap` (snap_masks without the head) does."""
     named = [named_class(q) for q in prompts.questions]
     if any(named) and page.word_probs is None:
-        page.word_probs = word_probs()                                         # once per page
+        page.word_probs = class_probabilities()                                # once per page
     if not any(named) or page.word_probs is None:                              # no word-class head
         return snap(masks, prompts)
     if page.text_units is None:
