@@ -16,13 +16,9 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.masks import mask_iou
 from dociq.data.schema import REGION_CLASSES
 from dociq.inference.predictor import load_predictor
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = (a | b).sum()
-    return float((a & b).sum() / union) if union else 1.0
 
 
 def diagnose(predictor, pages, classes) -> dict[str, list[dict]]:
@@ -45,7 +41,7 @@ def diagnose(predictor, pages, classes) -> dict[str, list[dict]]:
             p_target = float(p_class[target_words].max()) if target_words else 0.0
             ys = np.nonzero(raw)[0]
             rows[label].append(dict(
-                raw=iou(raw, q.mask), blocks=iou(blocks, q.mask),
+                raw=mask_iou(raw, q.mask), blocks=mask_iou(blocks, q.mask),
                 covered=float((raw & q.mask).sum() / max(q.mask.sum(), 1)),
                 area=float(raw.sum() / max(q.mask.sum(), 1)),
                 mask_y=float(ys.mean() / height) if len(ys) else -1.0,

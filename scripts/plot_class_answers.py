@@ -13,12 +13,7 @@ import argparse
 import random
 from pathlib import Path
 
-import numpy as np
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = (a | b).sum()
-    return float((a & b).sum() / union) if union else 1.0
+from dociq.data.masks import mask_iou
 
 
 def pick_questions(pages, rows: int, seed: int) -> list[tuple]:
@@ -74,7 +69,7 @@ def main() -> None:
         for ax, on, who in ((left, False, "decoder"), (right, True, "word-class head")):
             ax.imshow(overlay(page.image, answers[on][None], alpha=0.5))
             ax.contour(q.mask.astype(float), levels=[0.5], colors="limegreen", linewidths=1.2)
-            ax.set_title(f"{page.meta.get('package', '')}: \"{q.text}\"\n{who}: IoU {iou(answers[on], q.mask):.2f}",
+            ax.set_title(f"{page.meta.get('package', '')}: \"{q.text}\"\n{who}: IoU {mask_iou(answers[on], q.mask):.2f}",
                          fontsize=8)
             ax.axis("off")
     fig.suptitle("red: the answer, green: the target", fontsize=10)

@@ -1,6 +1,7 @@
 """Masks snapped to the page's words or text blocks, for the Predictor and the ONNX runner (numpy)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Callable, Sequence
 
@@ -97,10 +98,13 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
         return snap(masks, prompts)
     if page.text_units is None:
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)   # once per page
-    out = snap(masks, prompts)
-    for q, name in enumerate(named):
-        answer = None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
-                                                        page.word_probs, *name)
+    answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
+                                                      page.word_probs, *name) for name in named]
+    out = masks.copy()
+    rest = [q for q, answer in enumerate(answers) if answer is None]
+    if rest:                     # only the questions the head does not answer are snapped (question prompts alone)
+        out[rest] = snap(masks[rest], replace(prompts, count=len(rest), questions=[prompts.questions[q] for q in rest]))
+    for q, answer in enumerate(answers):
         if answer is not None:
             out[q] = answer
     return out
