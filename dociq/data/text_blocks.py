@@ -96,6 +96,17 @@ LEADER_DOTS = 3
 # anti-aliased edge is under it, a code listing's light grey shading (~8) far under it.
 INK_CONTRAST = 40
 _ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|[ivxIVX]{1,4}[.)])$")
+# A heading's number ("5", "5.3", "A.2.1.") sets its title apart by a wide space, as a cell's gap does.
+_SECTION_NUMBER = re.compile(r"^([0-9]{1,3}(\.[0-9]{1,3})*|[A-Z](\.[0-9]{1,3})+)\.?$")
+
+
+def numbering_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
+    """bool [N]: the words that can number what follows them on a line: a bullet, a list item's
+    enumerator ("3.", "b)", "iv.") or a heading's number ("5.3", "A.1")."""
+    if words is None:
+        return np.zeros(count, bool)
+    stripped = [str(w).strip() for w in words]
+    return np.array([bool(_ITEM_OPENER.match(w) or _SECTION_NUMBER.match(w)) for w in stripped], bool)
 
 
 def leader_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:

@@ -20,7 +20,7 @@ from scipy import ndimage
 
 from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix
 from dociq.data.masks import mask_box
-from dociq.data.text_blocks import group_blocks, group_lines, leader_words
+from dociq.data.text_blocks import group_blocks, group_lines, leader_words, numbering_words
 
 # A word belongs to a mask part when at least this share of its box is inside the mask ...
 WORD_INSIDE = 0.5
@@ -377,6 +377,30 @@ def field_values(word_boxes: np.ndarray, words: Sequence[str] | None) -> np.ndar
     return out
 
 
+def _numbered_pieces(pieces: list[list[int]], word_boxes: np.ndarray, numbering: np.ndarray) -> list[list[int]]:
+    """`pieces` with a line's lone numbering word ("5.3", "3.", "•"; bool [K] `numbering`) joined
+    to the one other piece on its line, to its right: a numbered heading or list item is one unit
+    however wide the space after its number. A line of three or more pieces is a table's row."""
+    spans = np.array([[*word_boxes[p, :2].min(0), *word_boxes[p, 2:].max(0)] for p in pieces]).reshape(-1, 4)
+    heights = spans[:, 3] - spans[:, 1]
+    joined: dict[int, int] = {}                         # numbering piece -> the piece it opens
+    for j, piece in enumerate(pieces):
+        if len(piece) != 1 or not numbering[piece[0]]:
+            continue
+        overlap = np.minimum(spans[:, 3], spans[j, 3]) - np.maximum(spans[:, 1], spans[j, 1])
+        line = np.flatnonzero(overlap > 0.5 * np.minimum(heights, heights[j]))
+        others = line[line != j]
+        if len(others) == 1 and spans[others[0], 0] >= spans[j, 2]:
+            joined[j] = int(others[0])
+    opened = {k: j for j, k in joined.items()}
+    out = []
+    for j, piece in enumerate(pieces):
+        if j in joined:
+            continue                                    # it goes in front of the piece it opens
+        out.append(pieces[opened[j]] + piece if j in opened else piece)
+    return out
+
+
 def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None,
                 values: np.ndarray | None = None, leaders: np.ndarray | None = None) -> list[list[int]]:
     """A text block as the units a mask is completed to: the block itself, or — on a form or a
@@ -395,6 +419,8 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     # a contents line's leader dots open no gap between its title and its page number
     marks = (leader_words(words, len(word_boxes)) if leaders is None else leaders)[ids_all]
     pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP, marks=marks)]
+    if words is not None:
+        pieces = _numbered_pieces(pieces, word_boxes, numbering_words(words, len(word_boxes)))
     if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=marks)):
         return [ids_all]                               # a paragraph: no labels, no cells
     form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing

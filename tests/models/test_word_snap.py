@@ -442,3 +442,21 @@ def test_the_predictors_snapping_keeps_a_quotation_for_questions_alone():
     assert out[85, 100] and not out[25, 80]                    # moved to the paragraph holding "epsilon"
     framed = snapped(np.array([[10.0, 10.0, 160.0, 40.0]]))
     assert framed[25, 80] and not framed[85, 100]              # a box says where: the quotation does not move it
+
+
+def test_a_numbered_heading_or_item_is_one_unit_and_a_numbered_table_row_stays_cells():
+    from dociq.models.word_snap import field_units, snap_to_blocks
+
+    # "5.3  Installing the server": a space of ~1.1 line heights after the number, as LaTeX sets it
+    words = ["5.3", "Installing", "the", "server"]
+    boxes = np.array([[40, 50, 64, 64], [80, 50, 140, 64], [144, 50, 162, 64], [166, 50, 210, 64]], float)
+    assert field_units(list(range(4)), boxes, words) == [[0, 1, 2, 3]]
+    title = _box_mask(50, 64, 80, 210)                    # the decoder painted the title, not its number
+    assert np.array_equal(snap_to_blocks(title, boxes, words), _box_mask(50, 64, 40, 210))
+    # a list item's enumerator and a bullet open their line's text the same way
+    for opener in ("3.", "b)", "\u2022", "A.2"):
+        assert field_units(list(range(4)), boxes, [opener] + words[1:]) == [[0, 1, 2, 3]]
+    # a word that numbers nothing keeps its cell, and so does a number in a row of three cells
+    assert field_units(list(range(4)), boxes, ["Total"] + words[1:]) == [[0], [1, 2, 3]]
+    row = np.array([[40, 50, 48, 64], [64, 50, 100, 64], [116, 50, 150, 64]], float)
+    assert field_units([0, 1, 2], row, ["7", "ACC-4431", "8,134.27"]) == [[0], [1], [2]]
