@@ -29,7 +29,8 @@ def probs_for(classes: list[str]) -> np.ndarray:
     ("  ALL section headings ", ("section_heading", False)),
     ("the page numbers", ("page_number", False)),
     ("the page header", ("page_header", True)),          # in both of its lists: "the" asks for one
-    ("segment the table", None),                         # not text: the decoder's mask
+    ("segment the table", None),                         # drawn, not set by words: the decoder's mask
+    ("all code listings", None),                         # a listing is its frame: the decoder's too
     ("where is the signature?", None),
     ("which paragraph mentions “Body”?", None),          # a reading question
     ("the number of the page", None),                    # a phrasing the model was not fine-tuned on

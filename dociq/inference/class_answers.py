@@ -10,8 +10,9 @@ class; a question that names one region ("the page number") gets the likeliest u
 names several ("all section headings") every unit within `SHARE_OF_BEST` of the likeliest.
 
 Only the phrasings the model is fine-tuned on name a class (`LAYOUT_PHRASES`, matched without case,
-surrounding spaces or a final '?'); classes that are not text (figures, tables, stamps,
-signatures) keep the decoder's mask, as do questions with a click, a box or a mask prompt beside them.
+surrounding spaces or a final '?'); classes whose extent is drawn rather than set by their words
+(figures, tables, stamps, signatures, code listings in their frames) keep the decoder's mask, as do
+questions with a click, a box or a mask prompt beside them.
 docs/finetune.md ("A question that names a class") has the measurements.
 """
 from __future__ import annotations
@@ -25,8 +26,10 @@ from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import leader_words
 from dociq.models.word_snap import field_units, field_values, pixel_boxes
 
-# Regions drawn by their ink, not by words: their answer stays the decoder's.
-NOT_TEXT = ("figure", "table", "stamp", "signature")
+# Regions whose extent is drawn, not set by their words: their answer stays the decoder's. A code
+# listing's region is its shaded frame, which the decoder paints and the boxes of its lines fall
+# short of (the full recipe, held-out: code 59 from the decoder against 45-46 from the head).
+DRAWN_CLASSES = ("figure", "table", "stamp", "signature", "code")
 # A question naming several regions gets every unit whose mean class probability is at least this
 # share of the best unit's: 0.2-0.4 scored alike on the recipe's held-out split, 0.5 and a rule
 # without the singular/plural split 2-3 points lower (docs/finetune.md).
@@ -37,12 +40,13 @@ def _normalise(question: str) -> str:
     return " ".join(question.casefold().strip().rstrip("?").split())
 
 
-def _question_classes() -> dict[str, tuple[str, bool]]:
-    """normalised phrasing -> (its class, whether it names one region). A phrasing in both of a
-    class's lists ("the page header") names one: "the" asks for the likeliest."""
+def phrased_classes(skip: Sequence[str] = DRAWN_CLASSES) -> dict[str, tuple[str, bool]]:
+    """normalised phrasing -> (its class, whether it names one region), for every class of
+    LAYOUT_PHRASES but `skip`. A phrasing in both of a class's lists ("the page header") names one:
+    "the" asks for the likeliest."""
     out: dict[str, tuple[str, bool]] = {}
     for label, (singular, plural) in LAYOUT_PHRASES.items():
-        if label in NOT_TEXT:
+        if label in skip:
             continue
         for text in plural:
             out[_normalise(text)] = (label, False)
@@ -51,13 +55,14 @@ def _question_classes() -> dict[str, tuple[str, bool]]:
     return out
 
 
-QUESTION_CLASSES = _question_classes()
+QUESTION_CLASSES = phrased_classes()
 
 
-def named_class(question: str) -> tuple[str, bool] | None:
+def named_class(question: str, phrasings: dict[str, tuple[str, bool]] = QUESTION_CLASSES) -> tuple[str, bool] | None:
     """(text class, names one region) of a layout question the model was fine-tuned on, or None
-    for any other question (reading questions, free phrasings, classes that are not text)."""
-    return QUESTION_CLASSES.get(_normalise(question))
+    for any other question (reading questions, free phrasings, DRAWN_CLASSES); `phrasings`
+    (`phrased_classes`) says which classes count."""
+    return phrasings.get(_normalise(question))
 
 
 def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: Sequence[str]) -> list[list[int]]:
