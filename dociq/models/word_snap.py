@@ -412,7 +412,8 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     on its line is a unit of its own; a piece on a new line continues the unit above when it lies
     under it and holds no label (a value over two lines), unless it is a field's value (`values`,
     bool [K] from `field_values`: its label is in another block). Leader dots (`leaders`, bool [K]
-    from `text_blocks.leader_words`, found here when not given) open no gap."""
+    from `text_blocks.leader_words`, found here when not given) open no gap, and neither does the
+    space after a line's number ("5.3", "3.", "•") when one piece of text follows it on the line."""
     ids_all = list(block)
     colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in ids_all)
     values = np.zeros(len(word_boxes), bool) if values is None else values
@@ -420,7 +421,9 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     marks = (leader_words(words, len(word_boxes)) if leaders is None else leaders)[ids_all]
     pieces = [[ids_all[k] for k in piece] for piece in group_lines(word_boxes[ids_all], gap_factor=CELL_GAP, marks=marks)]
     if words is not None:
-        pieces = _numbered_pieces(pieces, word_boxes, numbering_words(words, len(word_boxes)))
+        numbering = np.zeros(len(word_boxes), bool)
+        numbering[ids_all] = numbering_words([words[k] for k in ids_all])
+        pieces = _numbered_pieces(pieces, word_boxes, numbering)
     if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=marks)):
         return [ids_all]                               # a paragraph: no labels, no cells
     form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
