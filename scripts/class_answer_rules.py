@@ -116,6 +116,12 @@ def _touching(decoder: np.ndarray, answer: np.ndarray) -> np.ndarray:
     return np.isin(parts, hit[hit > 0])
 
 
+def _inside_target(row: dict, share: float) -> list[int]:
+    target = _unpack(row["target"])
+    return [i for i, (x0, y0, x1, y1) in enumerate(row["boxes"].astype(int))
+            if target[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)].mean() > share]
+
+
 # rule -> (units chosen from a row, whether the decoder's parts touching them are added); None: the decoder's mask
 RULES = {
     "decoder": None,
@@ -124,6 +130,9 @@ RULES = {
         (lambda r: [] if r["label"] in DRAWN_CLASSES else by_share(r["head"], r["one"]), False),
     "0.7 head + 0.3 decoder probability": (lambda r: by_share(0.7 * np.clip(r["head"], 0, None) + 0.3 * r["prob"], r["one"]), False),
     "head, with the decoder's parts it touches": (lambda r: by_share(r["head"], r["one"]), True),
+    "head, the decoder's when the best unit is under 0.1":
+        (lambda r: by_share(r["head"], r["one"]) if len(r["head"]) and r["head"].max() >= 0.1 else [], False),
+    "the units at least 30 % inside the target (an oracle)": (lambda r: _inside_target(r, 0.3), False),
 }
 
 
