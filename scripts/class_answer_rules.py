@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dociq.inference.class_answers import DRAWN_CLASSES
+from dociq.data.masks import mask_iou
+from dociq.inference.class_answers import DRAWN_CLASSES, best_units
 
 STRIDE = 4       # the decoder's probability over a unit is read at a quarter of the page's resolution
 
@@ -41,12 +42,8 @@ def _unpack(packed: tuple) -> np.ndarray:
     return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
-
-
 def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
+    # deferred: --load scores a saved collection without torch, a corpus reader or a model
     import torch
 
     from dociq.data.collate import choose_questions
@@ -100,13 +97,6 @@ def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
     return rows
 
 
-def by_share(score: np.ndarray, one: bool, share: float = 0.3) -> list[int]:
-    """`chosen_units`' rule on any per-unit score: the best unit, or every unit within `share` of it."""
-    if not len(score) or score.max() <= 0:
-        return []
-    return [int(score.argmax())] if one else np.flatnonzero(score >= share * score.max()).tolist()
-
-
 def _touching(decoder: np.ndarray, answer: np.ndarray) -> np.ndarray:
     """The decoder's mask parts that overlap `answer`."""
     from scipy import ndimage
@@ -125,13 +115,13 @@ def _inside_target(row: dict, share: float) -> list[int]:
 # rule -> (units chosen from a row, whether the decoder's parts touching them are added); None: the decoder's mask
 RULES = {
     "decoder": None,
-    "head, every class": (lambda r: by_share(r["head"], r["one"]), False),
+    "head, every class": (lambda r: best_units(r["head"], r["one"]), False),
     "head, code listings from the decoder (the Predictor's)":
-        (lambda r: [] if r["label"] in DRAWN_CLASSES else by_share(r["head"], r["one"]), False),
-    "0.7 head + 0.3 decoder probability": (lambda r: by_share(0.7 * np.clip(r["head"], 0, None) + 0.3 * r["prob"], r["one"]), False),
-    "head, with the decoder's parts it touches": (lambda r: by_share(r["head"], r["one"]), True),
+        (lambda r: [] if r["label"] in DRAWN_CLASSES else best_units(r["head"], r["one"]), False),
+    "0.7 head + 0.3 decoder probability": (lambda r: best_units(0.7 * np.clip(r["head"], 0, None) + 0.3 * r["prob"], r["one"]), False),
+    "head, with the decoder's parts it touches": (lambda r: best_units(r["head"], r["one"]), True),
     "head, the decoder's when the best unit is under 0.1":
-        (lambda r: by_share(r["head"], r["one"]) if len(r["head"]) and r["head"].max() >= 0.1 else [], False),
+        (lambda r: best_units(r["head"], r["one"]) if len(r["head"]) and r["head"].max() >= 0.1 else [], False),
     "the units at least 30 % inside the target (an oracle)": (lambda r: _inside_target(r, 0.3), False),
 }
 
@@ -150,7 +140,7 @@ def answer(rule, row: dict, target_shape) -> np.ndarray:
 
 def table(rows: list[dict]) -> None:
     labels = sorted({r["label"] for r in rows})
-    scores = {name: np.array([_iou(answer(rule, r, (t := _unpack(r["target"])).shape), t) for r in rows])
+    scores = {name: np.array([mask_iou(answer(rule, r, (t := _unpack(r["target"])).shape), t) for r in rows])
               for name, rule in RULES.items()}
     print(f"| rule | all ({len(rows)}) | " + " | ".join(
         f"{lab} ({sum(r['label'] == lab for r in rows)})" for lab in labels) + " |")

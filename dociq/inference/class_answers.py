@@ -81,6 +81,12 @@ def chosen_units(units: Sequence[Sequence[int]], word_probs: np.ndarray, label: 
     read = probs.sum(1) > 0
     k = REGION_CLASSES.index(label)
     score = np.array([probs[u, k][read[u]].mean() if read[u].any() else -1.0 for u in map(list, units)])
+    return best_units(score, one)
+
+
+def best_units(score: np.ndarray, one: bool) -> list[int]:
+    """Indices of the units a per-unit score (float [U], negative: not a candidate) picks: the
+    highest (`one`), or every candidate within SHARE_OF_BEST of it."""
     if not len(score) or score.max() < 0:
         return []
     if one:
