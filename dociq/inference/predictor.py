@@ -350,6 +350,7 @@ class PageState:
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
     ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
+    figures: np.ndarray | None = None            # the pictures a figure question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
     word_probs: np.ndarray | None = None         # word_class_probabilities, once a question names a class
 

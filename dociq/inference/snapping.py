@@ -9,6 +9,7 @@ import numpy as np
 
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
+from dociq.inference.figure_answers import FIGURE_TEXT, figure_answer, figure_question
 from dociq.inference.prompts import Prompts
 from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
 
@@ -90,13 +91,17 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
 def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray,
                     class_probabilities: Callable[[], np.ndarray | None], snap: Callable) -> np.ndarray:
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
-    word-class head and the others snapped as `snap` (snap_masks without the head) does."""
+    word-class head, those that name figures by the page's pictures (`figure_answers`), and the
+    others snapped as `snap` (snap_masks without them) does."""
     named = [named_class(q) for q in prompts.questions]
     if any(named) and page.word_probs is None:
         page.word_probs = class_probabilities()                                # once per page
-    if not any(named) or page.word_probs is None:                              # no word-class head
+    if page.word_probs is None:                                                # no word-class head
+        named = [None] * len(named)
+    figures = [figure_question(q) for q in prompts.questions]                  # None, or names one figure
+    if not any(named) and all(one is None for one in figures):
         return snap(masks, prompts)
-    if page.text_units is None:
+    if any(named) and page.text_units is None:
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)   # once per page
     answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
                                                       page.word_probs, *name) for name in named]
@@ -105,6 +110,15 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     if rest:                     # only the questions the head does not answer are snapped (question prompts alone)
         out[rest] = snap(masks[rest], replace(prompts, count=len(rest), questions=[prompts.questions[q] for q in rest]))
     for q, answer in enumerate(answers):
+        if answer is not None:
+            out[q] = answer
+    for q, one in enumerate(figures):
+        if one is None:
+            continue
+        if page.figures is None:
+            page.ink = page_ink(page.image) if page.ink is None else page.ink
+            page.figures = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes, FIGURE_TEXT)   # once per page
+        answer = figure_answer(masks.shape[-2:], page.figures, one, decoder=out[q])
         if answer is not None:
             out[q] = answer
     return out

@@ -1,0 +1,123 @@
+"""Questions that name figures ("segment the figure", "all figures") answered from the page's own
+drawings, with no model: which pictures, at what size, on a corpus split.
+
+    python scripts/figure_answers.py --corpus data/corpus --split val --dump outputs/rules/figures_val.pkl
+    python scripts/figure_answers.py --load outputs/rules/figures_val.pkl        # the table again
+
+Asks the questions `dociq eval --prompts question` asks (the same pages, the same draw of up to eight
+questions a page), keeps those whose target is figures, and records the target and the page's
+drawings (`word_snap.drawing_boxes`: ink off every word, pieces joined across a line's height) with
+the share of each drawing's box that words cover. Then it prints mIoU x100 per package for each rule
+(`dociq.inference.figure_answers.figure_answer` with its settings varied). The decoder's own answer
+is scored by `dociq eval CKPT` (`question_layout_by_class`), the detector's by `dociq eval --baseline detector`.
+"""
+from __future__ import annotations
+
+import argparse
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from dociq.data.masks import mask_iou
+from dociq.inference.figure_answers import FIGURE_TEXT, MIN_FIGURE_SHARE, figure_answer
+
+
+def _pack(mask: np.ndarray) -> tuple:
+    return mask.shape, np.packbits(mask)
+
+
+def _unpack(packed: tuple) -> np.ndarray:
+    shape, bits = packed
+    return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+
+
+def _text_share(drawings: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """float [D]: the share of each drawing's box covered by the words whose centres lie inside."""
+    words = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    cx, cy = (words[:, 0] + words[:, 2]) / 2, (words[:, 1] + words[:, 3]) / 2
+    area = (words[:, 2] - words[:, 0]) * (words[:, 3] - words[:, 1])
+    return np.array([area[(cx >= x0) & (cx < x1) & (cy >= y0) & (cy < y1)].sum() / max((x1 - x0) * (y1 - y0), 1)
+                     for x0, y0, x1, y1 in drawings], np.float64)
+
+
+def collect(corpus: str, split: str) -> list[dict]:
+    # deferred: --load scores a saved collection without torch or a corpus reader
+    import torch
+
+    from dociq.data.collate import choose_questions
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+    from dociq.data.scoring import VAL_SEED, layout_class
+    from dociq.data.text_blocks import page_ink
+    from dociq.evaluation.answers import page_seed
+    from dociq.inference.figure_answers import figure_question
+    from dociq.models.word_snap import drawing_boxes
+
+    pages = CorpusDocuments(root=corpus, split=None if split == "all" else split)
+    rows = []
+    for i in range(len(pages)):
+        page = pages[i]
+        if page is None:
+            continue
+        g = torch.Generator().manual_seed(page_seed(page, VAL_SEED))
+        questions = [page.questions[k] for k in choose_questions(page, 8, g)]
+        asked = [q for q in questions if layout_class(page, q) == "figure"]
+        if not asked:
+            continue
+        word_boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
+        drawings = drawing_boxes(page_ink(page.image), word_boxes)
+        for q in asked:
+            rows.append(dict(package=page.meta.get("package", ""), page_id=page.meta.get("page_id", ""),
+                             text=q.text, one=bool(figure_question(q.text)), target=_pack(np.asarray(q.mask, bool)),
+                             drawings=drawings, text_share=_text_share(drawings, word_boxes)))
+        print(f"page {i + 1}/{len(pages)}: {len(rows)} figure questions", flush=True)
+    return rows
+
+
+def rule_answer(row: dict, shape, max_text: float, min_share: float) -> np.ndarray:
+    """The figure answer from the row's drawings under these settings, or an empty mask."""
+    pictures = row["drawings"][row["text_share"] < max_text]
+    out = figure_answer(shape, pictures, row["one"], min_share=min_share)
+    return np.zeros(shape, bool) if out is None else out
+
+
+def rules() -> dict[str, tuple[float, float]]:
+    out = {f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%} of the page (the Predictor's)":
+           (FIGURE_TEXT, MIN_FIGURE_SHARE)}
+    for max_text in (0.05, 0.15, 0.3, 0.4):
+        for min_share in (0.002, 0.005, 0.01):
+            out.setdefault(f"text < {max_text}, at least {min_share:.1%} of the page", (max_text, min_share))
+    return out
+
+
+def table(rows: list[dict]) -> None:
+    packages = sorted({r["package"] for r in rows})
+    print(f"| rule | all ({len(rows)}) | " + " | ".join(
+        f"{p} ({sum(r['package'] == p for r in rows)})" for p in packages) + " |")
+    print("|" + "---|" * (len(packages) + 2))
+    for name, (max_text, min_share) in rules().items():
+        v = np.array([mask_iou(rule_answer(r, (t := _unpack(r["target"])).shape, max_text, min_share), t)
+                      for r in rows])
+        cells = [f"{100 * v[[r['package'] == p for r in rows]].mean():.1f}" for p in packages]
+        print(f"| {name} | {100 * v.mean():.1f} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", default="data/corpus")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--dump", type=Path, help="save what was collected (pickle) for --load")
+    parser.add_argument("--load", type=Path, help="score a saved collection instead of reading the corpus")
+    args = parser.parse_args()
+    if args.load:
+        rows = pickle.loads(args.load.read_bytes())
+    else:
+        rows = collect(args.corpus, args.split)
+        if args.dump:
+            args.dump.parent.mkdir(parents=True, exist_ok=True)
+            args.dump.write_bytes(pickle.dumps(rows))
+    table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Questions that name figures are answered from the page's pictures (dociq.inference.figure_answers)."""
+import numpy as np
+import pytest
+
+from dociq.inference.figure_answers import MIN_FIGURE_SHARE, figure_answer, figure_question
+from dociq.inference.predictor import Predictor
+
+H, W = 200, 160
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("segment the figure", True), ("Where is the chart?", True), ("all figures", False),
+    ("segment every figure ", False), ("all paragraphs", None), ("which paragraph mentions “figure”?", None),
+])
+def test_the_questions_that_name_figures(question, expected):
+    assert figure_question(question) is expected
+
+
+PICTURES = np.array([[10, 10, 90, 70],       # 4,800 px: the largest
+                     [20, 120, 70, 160],     # 2,000 px
+                     [100, 150, 104, 154]])  # 16 px: a glyph-sized mark, under MIN_FIGURE_SHARE of the page
+
+
+def test_several_figures_are_every_picture_large_enough():
+    assert 16 < MIN_FIGURE_SHARE * H * W < 2_000
+    mask = figure_answer((H, W), PICTURES, one=False)
+    expected = np.zeros((H, W), bool)
+    expected[10:70, 10:90] = expected[120:160, 20:70] = True
+    np.testing.assert_array_equal(mask, expected)
+
+
+def test_one_figure_is_the_one_the_decoder_covers_else_the_largest():
+    largest = figure_answer((H, W), PICTURES, one=True)
+    assert largest.sum() == 80 * 60 and largest[10:70, 10:90].all()
+    decoder = np.zeros((H, W), bool)
+    decoder[130:140, 30:40] = True                   # a few blobs on the smaller plot
+    chosen = figure_answer((H, W), PICTURES, one=True, decoder=decoder)
+    assert chosen.sum() == 50 * 40 and chosen[120:160, 20:70].all()
+    assert figure_answer((H, W), PICTURES, one=True, decoder=np.zeros((H, W), bool)).sum() == 80 * 60
+
+
+def test_a_page_without_a_large_picture_has_no_figure_answer():
+    assert figure_answer((H, W), PICTURES[2:], one=False) is None
+    assert figure_answer((H, W), np.zeros((0, 4)), one=True) is None
+
+
+WORDS = ["Results", "The", "plot", "below", "shows", "it."]
+WORD_BOXES = np.array([[10, 5, 60, 17], [10, 25, 28, 33], [31, 25, 50, 33], [53, 25, 80, 33],
+                       [83, 25, 110, 33], [113, 25, 125, 33]], np.float32)
+
+
+@pytest.fixture
+def predictor(finetune_checkpoint):
+    """The test checkpoint's Predictor on a page of two text lines, the first in a frame, above a
+    drawn plot (axes, a curve)."""
+    image = np.full((H, W, 3), 250, np.uint8)
+    for x0, y0, x1, y1 in WORD_BOXES.astype(int):
+        image[y0 + 2:y1 - 2, x0:x1] = 20
+    image[2, 6:64] = image[20, 6:64] = image[2:21, 6] = image[2:21, 63] = 0     # a frame around text: no figure
+    image[60:150, 30] = image[149, 30:140] = 0                            # the axes
+    cols = np.arange(31, 140)
+    image[(145 - 0.7 * (cols - 31)).astype(int), cols] = 0               # the curve
+    predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
+    predictor.set_image(image, words=WORDS, word_boxes=WORD_BOXES)
+    return predictor
+
+
+def test_the_predictor_answers_figures_with_the_pages_picture(predictor):
+    masks, scores = predictor.predict(question=["all figures", "segment the figure", "which paragraph mentions “plot”?"])
+    assert masks.shape == (3, H, W) and scores.shape == (3,)
+    for mask in masks[:2]:
+        np.testing.assert_array_equal(np.argwhere(mask).min(0), [60, 30])
+        np.testing.assert_array_equal(np.argwhere(mask).max(0) + 1, [150, 140])
+        assert mask.sum() == 90 * 110
+    predictor.class_answers = False                  # the switch keeps the decoder's mask
+    decoder, _ = predictor.predict(question="all figures")
+    assert not np.array_equal(decoder[0], masks[0])
