@@ -66,15 +66,19 @@ def _walk(nodes: list[dict], inside: str | None, out: list[_Element], table: _El
         label = BLOCK_TYPES.get(kind)
         if label == "code" and (inside is not None or running_text):
             label = None  # inline code is part of the text around it
-        if label and inside not in _ABSORBING:
+        # a list item inside a list item (a nested list, a contents page's sub-entries) is an item of
+        # its own, as an annotator marks it: the outer item keeps only its own lines
+        if label and (inside not in _ABSORBING or (label == inside == "list_item")):
             mcids: set = set()
             _collect_mcids(node, mcids)
             element = _Element(label, mcids)
             out.append(element)
-            if label in ("table", "figure"):  # cells, and a figure's caption, are regions of their own
+            # cells, a figure's caption and a nested list's items are regions of their own
+            if label in ("table", "figure", "list_item"):
                 first_child = len(out)
-                _walk(node.get("children") or [], label, out, element if label == "table" else table)
-                if label == "figure":
+                parent_table = {"table": element, "figure": table}.get(label)   # a list item's rows are no table's
+                _walk(node.get("children") or [], label, out, parent_table)
+                if label != "table":
                     for nested in out[first_child:]:
                         element.mcids -= nested.mcids
                 continue

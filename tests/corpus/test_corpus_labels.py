@@ -283,3 +283,24 @@ def test_a_section_number_in_the_running_head_is_no_page_number(tmp_path, raised
         headers = [t for label, t in labels if label == "page_header"]
         assert any(h.endswith(f"§ {10 * k + 8}") for h in headers)  # the mark raised above the number
         assert "The CTIE processor" in headers and titles[k] in headers
+
+
+def test_a_nested_lists_items_are_items_of_their_own():
+    """A contents page's tag tree: an entry (LI) holding its sub-entries (L > LI). An annotator marks
+    each entry; the outer one keeps only its own line."""
+    from dociq.corpus.labels_tagged import label_from_tags
+    from dociq.corpus.pdf_page import PdfPageContent, Word
+
+    texts = ["1.", "Ensemble", "methods", "1.1.", "Bagging", "1.2.", "Boosting", "2.", "Clustering"]
+    rows = [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    mcids = [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    words = [Word(t, (20.0 + 40 * (i % 3), 10.0 + 20 * r, 55.0 + 40 * (i % 3), 22.0 + 20 * r), 10.0, "Serif", m)
+             for i, (t, r, m) in enumerate(zip(texts, rows, mcids))]
+    li = lambda mcid, *children: {"type": "LI", "children": [{"type": "LBody", "mcids": [mcid]}, *children]}
+    struct = [{"type": "L", "children": [li(0, {"type": "L", "children": [li(1), li(2)]}), li(3)]}]
+    content = PdfPageContent(width=200, height=100, scale=1.0, words=words, lines=[], rules=[], graphics=[],
+                             graphics_mcid=[], images=[], images_mcid=[], struct=struct)
+    regions, _ = label_from_tags(content)
+    assert sorted((r.label, " ".join(texts[j] for j in r.word_ids)) for r in regions) == [
+        ("list_item", "1. Ensemble methods"), ("list_item", "1.1. Bagging"), ("list_item", "1.2. Boosting"),
+        ("list_item", "2. Clustering")]
