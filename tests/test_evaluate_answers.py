@@ -99,7 +99,7 @@ def test_the_predictor_is_scored_with_its_own_setting_and_each_snap_mode(checkpo
 
 
 def test_cli_scores_the_predictor_and_names_task_only_options(checkpoint, tmp_path, capsys):
-    out = tmp_path / "r.json"
+    out = tmp_path / "results" / "r.json"                     # a folder not made yet: made, not an error
     assert main([str(checkpoint), "--pages", "2", "--prompts", "box_region", "--snap", "--json", str(out)]) == 0
     data = json.loads(out.read_text())[str(checkpoint)]
     assert set(data) == {"box_region", "box_region_raw", "box_region_snap", "box_region_blocks"}

@@ -164,6 +164,7 @@ def run(args) -> int:
 def _report(args, results: dict) -> int:
     print(format_coco_table(results) if args.data == "coco" else format_table(results))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
         print(f"results written to {args.json}")
     return 0
