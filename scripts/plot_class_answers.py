@@ -1,8 +1,10 @@
-"""Figure: layout questions that name a text class, answered by the decoder's mask (left) and by the
-word-class head's text units (right, the Predictor's default; dociq.inference.class_answers).
+"""Figure: layout questions that name a class, answered by the decoder's mask (left) and by the
+Predictor's default (right): the word-class head's text units for a text class
+(dociq.inference.class_answers), the page's pictures for figures (dociq.inference.figure_answers).
 
     python scripts/plot_class_answers.py CKPT --corpus data/corpus_unseen --split all --rows 8 \
         --out docs/img/class_answers_unseen.png
+    python scripts/plot_class_answers.py CKPT --classes figure --rows 6 --out docs/img/figure_answers.png
 
 One row per question, drawn from pages spread over the corpus split (a fixed seed), one question
 per page, classes taken in turn so that each row shows another class. Green: the target; red: the answer.
@@ -16,9 +18,13 @@ from pathlib import Path
 from dociq.data.masks import mask_iou
 
 
-def pick_questions(pages, rows: int, seed: int) -> list[tuple]:
-    """(page, question) pairs: pages in a seeded order, one class-naming question each, classes in turn."""
-    from dociq.inference.class_answers import named_class
+def pick_questions(pages, rows: int, seed: int, classes=None) -> list[tuple]:
+    """(page, question) pairs: pages in a seeded order, one class-naming question each, classes in
+    turn (only `classes` when given; by default the text classes the head answers)."""
+    from dociq.inference.class_answers import QUESTION_CLASSES, named_class, phrased_classes
+
+    phrasings = QUESTION_CLASSES if classes is None else \
+        {text: name for text, name in phrased_classes(skip=()).items() if name[0] in classes}
 
     order = list(range(len(pages)))
     random.Random(seed).shuffle(order)
@@ -26,7 +32,7 @@ def pick_questions(pages, rows: int, seed: int) -> list[tuple]:
     for i in order:
         page = pages[i]
         for q in page.questions:
-            name = named_class(q.text) if q.kind == "layout" else None
+            name = named_class(q.text, phrasings) if q.kind == "layout" else None
             if name and q.mask.any():
                 by_class.setdefault(name[0], []).append((page, q))
                 break
@@ -45,6 +51,8 @@ def main() -> None:
     parser.add_argument("--split", default="all")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--classes", nargs="+", default=None,
+                        help="only questions naming these classes (e.g. figure; default: the text classes)")
     parser.add_argument("--out", type=Path, default=Path("class_answers.png"))
     args = parser.parse_args()
 
@@ -58,7 +66,7 @@ def main() -> None:
 
     predictor = load_predictor(args.checkpoint)
     pages = CorpusDocuments(args.corpus, split=None if args.split == "all" else args.split)
-    picked = pick_questions(pages, args.rows, args.seed)
+    picked = pick_questions(pages, args.rows, args.seed, args.classes)
     fig, axes = plt.subplots(len(picked), 2, figsize=(9, 5.6 * len(picked)), squeeze=False)
     for (left, right), (page, q) in zip(axes, picked):
         predictor.set_image(page.image, words=page.words, word_boxes=page.word_boxes)
@@ -66,7 +74,7 @@ def main() -> None:
         for on in (False, True):
             predictor.class_answers = on
             answers[on] = predictor.predict(question=q.text)[0][0]
-        for ax, on, who in ((left, False, "decoder"), (right, True, "word-class head")):
+        for ax, on, who in ((left, False, "decoder"), (right, True, "the Predictor's default")):
             ax.imshow(overlay(page.image, answers[on][None], alpha=0.5))
             ax.contour(q.mask.astype(float), levels=[0.5], colors="limegreen", linewidths=1.2)
             ax.set_title(f"{page.meta.get('package', '')}: \"{q.text}\"\n{who}: IoU {mask_iou(answers[on], q.mask):.2f}",
