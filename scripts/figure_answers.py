@@ -3,13 +3,16 @@ drawings, with no model: which pictures, at what size, on a corpus split.
 
     python scripts/figure_answers.py --corpus data/corpus --split val --dump outputs/rules/figures_val.pkl
     python scripts/figure_answers.py --load outputs/rules/figures_val.pkl        # the table again
+    python scripts/figure_answers.py CKPT --corpus data/corpus_unseen --split all  # with the decoder's masks
 
 Asks the questions `dociq eval --prompts question` asks (the same pages, the same draw of up to eight
 questions a page), keeps those whose target is figures, and records the target and the page's
 drawings (`word_snap.drawing_boxes`: ink off every word, pieces joined across a line's height) with
 the share of each drawing's box that words cover. Then it prints mIoU x100 per package for each rule
-(`dociq.inference.figure_answers.figure_answer` with its settings varied). The decoder's own answer
-is scored by `dociq eval CKPT` (`question_layout_by_class`), the detector's by `dociq eval --baseline detector`.
+(`dociq.inference.figure_answers.figure_answer` with its settings varied; a single figure is the
+largest picture). With a checkpoint it also records the decoder's mask as the Predictor snaps it
+without figure answers, and scores it and the Predictor's rule (the decoder's mask choosing the
+picture for a single figure). The detector's answer is scored by `dociq eval --baseline detector`.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ def _text_share(drawings: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
                      for x0, y0, x1, y1 in drawings], np.float64)
 
 
-def collect(corpus: str, split: str) -> list[dict]:
+def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict]:
     # deferred: --load scores a saved collection without torch or a corpus reader
     import torch
 
@@ -51,8 +54,12 @@ def collect(corpus: str, split: str) -> list[dict]:
     from dociq.data.text_blocks import page_ink
     from dociq.evaluation.answers import page_seed
     from dociq.inference.figure_answers import figure_question
+    from dociq.inference.predictor import load_predictor
     from dociq.models.word_snap import drawing_boxes
 
+    predictor = load_predictor(checkpoint) if checkpoint else None
+    if predictor is not None:
+        predictor.class_answers = False          # the decoder's masks, snapped as the Predictor does
     pages = CorpusDocuments(root=corpus, split=None if split == "all" else split)
     rows = []
     for i in range(len(pages)):
@@ -66,27 +73,39 @@ def collect(corpus: str, split: str) -> list[dict]:
             continue
         word_boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
         drawings = drawing_boxes(page_ink(page.image), word_boxes)
-        for q in asked:
+        decoder = [None] * len(asked)
+        if predictor is not None:
+            predictor.set_image(page.image, words=list(page.words), word_boxes=word_boxes)
+            decoder = [_pack(m) for m in predictor.predict(question=[q.text for q in asked])[0]]
+        for q, mask in zip(asked, decoder):
             rows.append(dict(package=page.meta.get("package", ""), page_id=page.meta.get("page_id", ""),
                              text=q.text, one=bool(figure_question(q.text)), target=_pack(np.asarray(q.mask, bool)),
-                             drawings=drawings, text_share=_text_share(drawings, word_boxes)))
+                             drawings=drawings, text_share=_text_share(drawings, word_boxes), decoder=mask))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} figure questions", flush=True)
     return rows
 
 
-def rule_answer(row: dict, shape, max_text: float, min_share: float) -> np.ndarray:
-    """The figure answer from the row's drawings under these settings, or an empty mask."""
+def rule_answer(row: dict, shape, max_text: float, min_share: float, decoder: bool = False) -> np.ndarray:
+    """The figure answer from the row's drawings under these settings (`decoder`: the decoder's mask
+    chooses a single figure, and answers when no picture does, as in the Predictor), else empty."""
     pictures = row["drawings"][row["text_share"] < max_text]
-    out = figure_answer(shape, pictures, row["one"], min_share=min_share)
-    return np.zeros(shape, bool) if out is None else out
+    mask = _unpack(row["decoder"]) if decoder else None
+    out = figure_answer(shape, pictures, row["one"], decoder=mask, min_share=min_share)
+    return (np.zeros(shape, bool) if mask is None else mask) if out is None else out
 
 
-def rules() -> dict[str, tuple[float, float]]:
-    out = {f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%} of the page (the Predictor's)":
-           (FIGURE_TEXT, MIN_FIGURE_SHARE)}
+def rules(with_decoder: bool) -> dict[str, tuple]:
+    out = {}
+    if with_decoder:
+        out["the decoder's mask (snapped)"] = None
+        out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%}, the decoder choosing (the Predictor's)"] = \
+            (FIGURE_TEXT, MIN_FIGURE_SHARE, True)
+    out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%} of the page, the largest (no model)"] = \
+        (FIGURE_TEXT, MIN_FIGURE_SHARE, False)
     for max_text in (0.05, 0.15, 0.3, 0.4):
         for min_share in (0.002, 0.005, 0.01):
-            out.setdefault(f"text < {max_text}, at least {min_share:.1%} of the page", (max_text, min_share))
+            if (max_text, min_share) != (FIGURE_TEXT, MIN_FIGURE_SHARE):
+                out[f"text < {max_text}, at least {min_share:.1%} of the page"] = (max_text, min_share, False)
     return out
 
 
@@ -95,15 +114,16 @@ def table(rows: list[dict]) -> None:
     print(f"| rule | all ({len(rows)}) | " + " | ".join(
         f"{p} ({sum(r['package'] == p for r in rows)})" for p in packages) + " |")
     print("|" + "---|" * (len(packages) + 2))
-    for name, (max_text, min_share) in rules().items():
-        v = np.array([mask_iou(rule_answer(r, (t := _unpack(r["target"])).shape, max_text, min_share), t)
-                      for r in rows])
+    for name, rule in rules(all(r.get("decoder") is not None for r in rows)).items():
+        v = np.array([mask_iou(_unpack(r["decoder"]) if rule is None else rule_answer(r, t.shape, *rule), t)
+                      for r in rows for t in [_unpack(r["target"])]])
         cells = [f"{100 * v[[r['package'] == p for r in rows]].mean():.1f}" for p in packages]
         print(f"| {name} | {100 * v.mean():.1f} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", nargs="?", help="also score the decoder's masks and the Predictor's rule")
     parser.add_argument("--corpus", default="data/corpus")
     parser.add_argument("--split", default="val")
     parser.add_argument("--dump", type=Path, help="save what was collected (pickle) for --load")
@@ -112,7 +132,7 @@ def main() -> None:
     if args.load:
         rows = pickle.loads(args.load.read_bytes())
     else:
-        rows = collect(args.corpus, args.split)
+        rows = collect(args.corpus, args.split, args.checkpoint)
         if args.dump:
             args.dump.parent.mkdir(parents=True, exist_ok=True)
             args.dump.write_bytes(pickle.dumps(rows))

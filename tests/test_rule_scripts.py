@@ -40,10 +40,21 @@ def test_figure_rules_score_the_pages_pictures_against_the_target(tmp_path):
             dict(package="q", page_id="b#p0", text="segment the figure", one=True, target=_pack(_box(10, 60, 70, 80)),
                  drawings=drawings, text_share=np.array([0.0, 0.35, 0.0]))]
     table = _table("figure_answers.py", rows, tmp_path)
-    default = next(v for k, v in table.items() if k.endswith("(the Predictor's)"))
+    default = next(v for k, v in table.items() if k.endswith("(no model)"))
     assert default == ["50.0", "100.0", "0.0"]           # all, p, q: the framed text is no figure
     assert table["text < 0.05, at least 0.5% of the page"] == ["50.0", "100.0", "0.0"]
     assert float(table["text < 0.4, at least 0.2% of the page"][0]) < 50   # now the frame joins the plot
+
+
+def test_with_the_decoders_masks_the_decoder_chooses_a_single_figure(tmp_path):
+    drawings = np.array([[10, 10, 50, 40], [10, 60, 40, 90]])           # two plots, the first larger
+    blobs = _box(20, 70, 25, 75)                                        # the decoder paints a blob of the second
+    rows = [dict(package="p", page_id="a#p0", text="segment the figure", one=True, target=_pack(_box(10, 60, 40, 90)),
+                 drawings=drawings, text_share=np.zeros(2), decoder=_pack(blobs))]
+    table = _table("figure_answers.py", rows, tmp_path)
+    assert table["the decoder's mask (snapped)"][0] == f"{100 * 25 / 900:.1f}"
+    assert next(v for k, v in table.items() if k.endswith("(the Predictor's)"))[0] == "100.0"
+    assert next(v for k, v in table.items() if k.endswith("(no model)"))[0] == "0.0"
 
 
 def test_click_rules_pick_one_candidate_each(tmp_path):
