@@ -1,8 +1,8 @@
 """Layout questions that name figures, answered from the page's own pictures.
 
 "segment the figure", "all figures": a figure's extent is drawn, not set by words, so the word-class
-head cannot answer it, and the mask decoder paints a few blobs of a plot or none (held-out real
-pages: figures 6 mIoU from the decoder, where a layout detector finds them at 42). The page itself
+head cannot answer it, and the mask decoder paints a few blobs of a plot or none (five packages no
+training page comes from: figures 6 mIoU from the decoder, 42 from a layout detector). The page itself
 says where its pictures are: ink off every word (`word_snap.drawing_boxes`) with little text inside
 (`word_snap.picture_boxes`, words covering under `FIGURE_TEXT` of the box: a diagram's labels
 count, a frame around a paragraph does not). A question naming several figures gets every picture

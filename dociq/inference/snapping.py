@@ -57,7 +57,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     page (its `words`; its `text_blocks`, `text_units` and `word_probs`, found here on the first
     prompt that needs them). With `class_probabilities` (the backend's `word_class_probabilities`) and
     "blocks", a question alone that names a text class (`class_answers.named_class`) and asks for
-    one mask [Q, H, W] is answered by the word-class head (`class_answers.class_answer`)."""
+    one mask [Q, H, W] is answered by the word-class head (`class_answers.class_answer`), one that
+    names figures by the page's pictures (`figure_answers.figure_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
