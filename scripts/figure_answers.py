@@ -11,8 +11,8 @@ drawings (`word_snap.drawing_boxes`: ink off every word, pieces joined across a 
 the share of each drawing's box that words cover. Then it prints mIoU x100 per package for each rule
 (`dociq.inference.figure_answers.figure_answer` with its settings varied; a single figure is the
 largest picture). With a checkpoint it also records the decoder's mask as the Predictor snaps it
-without figure answers, and scores it and the Predictor's rule (the decoder's mask choosing the
-picture for a single figure). The detector's answer is scored by `dociq eval --baseline detector`.
+without figure answers, and scores it, the Predictor's answer (the rule, the decoder's mask on a
+page without a picture) and a variant where the decoder's mask chooses the single figure. The detector's answer is scored by `dociq eval --baseline detector`.
 """
 from __future__ import annotations
 
@@ -85,27 +85,40 @@ def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict
     return rows
 
 
-def rule_answer(row: dict, shape, max_text: float, min_share: float, decoder: bool = False) -> np.ndarray:
-    """The figure answer from the row's drawings under these settings (`decoder`: the decoder's mask
-    chooses a single figure, and answers when no picture does, as in the Predictor), else empty."""
+def rule_answer(row: dict, shape, max_text: float, min_share: float, mode: str = "no model") -> np.ndarray:
+    """The figure answer from the row's drawings under these settings. mode "no model": empty where
+    no picture answers; "predictor": the decoder's mask there, as the Predictor does; "decoder
+    chooses": the same, and a single figure is the picture the decoder's mask covers most."""
     pictures = row["drawings"][row["text_share"] < max_text]
-    mask = _unpack(row["decoder"]) if decoder else None
-    out = figure_answer(shape, pictures, row["one"], decoder=mask, min_share=min_share)
-    return (np.zeros(shape, bool) if mask is None else mask) if out is None else out
+    decoder = None if mode == "no model" else _unpack(row["decoder"])
+    out = figure_answer(shape, pictures, row["one"], min_share=min_share)
+    if out is None:
+        return np.zeros(shape, bool) if decoder is None else decoder
+    if mode == "decoder chooses" and row["one"]:
+        h, w = shape
+        kept = [b for b in pictures if (b[2] - b[0]) * (b[3] - b[1]) >= min_share * h * w]
+        covered = [decoder[y0:y1, x0:x1].sum() for x0, y0, x1, y1 in kept]
+        if max(covered) > 0:
+            x0, y0, x1, y1 = kept[int(np.argmax(covered))]
+            out = np.zeros(shape, bool)
+            out[y0:y1, x0:x1] = True
+    return out
 
 
-def rules(with_decoder: bool) -> dict[str, tuple]:
-    out = {}
+def rules(with_decoder: bool) -> dict[str, tuple | None]:
+    out: dict[str, tuple | None] = {}
     if with_decoder:
         out["the decoder's mask (snapped)"] = None
-        out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%}, the decoder choosing (the Predictor's)"] = \
-            (FIGURE_TEXT, MIN_FIGURE_SHARE, True)
+        out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%}, the largest (the Predictor's)"] = \
+            (FIGURE_TEXT, MIN_FIGURE_SHARE, "predictor")
+        out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%}, the decoder's mask choosing one"] = \
+            (FIGURE_TEXT, MIN_FIGURE_SHARE, "decoder chooses")
     out[f"text < {FIGURE_TEXT}, at least {MIN_FIGURE_SHARE:.1%} of the page, the largest (no model)"] = \
-        (FIGURE_TEXT, MIN_FIGURE_SHARE, False)
+        (FIGURE_TEXT, MIN_FIGURE_SHARE, "no model")
     for max_text in (0.05, 0.15, 0.3, 0.4):
         for min_share in (0.002, 0.005, 0.01):
             if (max_text, min_share) != (FIGURE_TEXT, MIN_FIGURE_SHARE):
-                out[f"text < {max_text}, at least {min_share:.1%} of the page"] = (max_text, min_share, False)
+                out[f"text < {max_text}, at least {min_share:.1%} of the page"] = (max_text, min_share, "no model")
     return out
 
 

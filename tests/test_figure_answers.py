@@ -29,14 +29,9 @@ def test_several_figures_are_every_picture_large_enough():
     np.testing.assert_array_equal(mask, expected)
 
 
-def test_one_figure_is_the_one_the_decoder_covers_else_the_largest():
+def test_one_figure_is_the_largest_picture():
     largest = figure_answer((H, W), PICTURES, one=True)
     assert largest.sum() == 80 * 60 and largest[10:70, 10:90].all()
-    decoder = np.zeros((H, W), bool)
-    decoder[130:140, 30:40] = True                   # a few blobs on the smaller plot
-    chosen = figure_answer((H, W), PICTURES, one=True, decoder=decoder)
-    assert chosen.sum() == 50 * 40 and chosen[120:160, 20:70].all()
-    assert figure_answer((H, W), PICTURES, one=True, decoder=np.zeros((H, W), bool)).sum() == 80 * 60
 
 
 def test_a_page_without_a_large_picture_has_no_figure_answer():

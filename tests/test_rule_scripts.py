@@ -46,14 +46,15 @@ def test_figure_rules_score_the_pages_pictures_against_the_target(tmp_path):
     assert float(table["text < 0.4, at least 0.2% of the page"][0]) < 50   # now the frame joins the plot
 
 
-def test_with_the_decoders_masks_the_decoder_chooses_a_single_figure(tmp_path):
+def test_with_the_decoders_masks_its_choice_of_a_single_figure_is_scored_too(tmp_path):
     drawings = np.array([[10, 10, 50, 40], [10, 60, 40, 90]])           # two plots, the first larger
     blobs = _box(20, 70, 25, 75)                                        # the decoder paints a blob of the second
     rows = [dict(package="p", page_id="a#p0", text="segment the figure", one=True, target=_pack(_box(10, 60, 40, 90)),
                  drawings=drawings, text_share=np.zeros(2), decoder=_pack(blobs))]
     table = _table("figure_answers.py", rows, tmp_path)
     assert table["the decoder's mask (snapped)"][0] == f"{100 * 25 / 900:.1f}"
-    assert next(v for k, v in table.items() if k.endswith("(the Predictor's)"))[0] == "100.0"
+    assert next(v for k, v in table.items() if k.endswith("the decoder's mask choosing one"))[0] == "100.0"
+    assert next(v for k, v in table.items() if k.endswith("(the Predictor's)"))[0] == "0.0"   # the largest
     assert next(v for k, v in table.items() if k.endswith("(no model)"))[0] == "0.0"
 
 

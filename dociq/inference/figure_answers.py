@@ -6,8 +6,9 @@ training page comes from: figures 6 mIoU from the decoder, 42 from a layout dete
 says where its pictures are: ink off every word (`word_snap.drawing_boxes`) with little text inside
 (`word_snap.picture_boxes`, words covering under `FIGURE_TEXT` of the box: a diagram's labels
 count, a frame around a paragraph does not). A question naming several figures gets every picture
-of at least `MIN_FIGURE_SHARE` of the page; one naming one figure gets the picture the decoder's mask covers
-most, else the largest. A page with no such picture keeps the decoder's answer.
+of at least `MIN_FIGURE_SHARE` of the page; one naming one figure gets the largest (letting the
+decoder's mask choose among them scored lower, on training pages and unseen ones alike: it does not
+know where figures are). A page with no such picture keeps the decoder's answer.
 docs/finetune.md ("Figures from the page's pictures") has the measurements.
 """
 from __future__ import annotations
@@ -33,12 +34,12 @@ def figure_question(question: str) -> bool | None:
     return None if name is None else name[1]
 
 
-def figure_answer(shape: tuple[int, int], pictures: np.ndarray, one: bool, decoder: np.ndarray | None = None,
+def figure_answer(shape: tuple[int, int], pictures: np.ndarray, one: bool,
                   min_share: float = MIN_FIGURE_SHARE) -> np.ndarray | None:
-    """bool [H, W]: the answer to a question naming figures (`one`: a single figure) from the page's
-    pictures (int [D, 4] x0, y0, x1, y1 exclusive, in the page's pixels: `word_snap.picture_boxes`),
-    or None when no picture is large enough (the caller keeps the decoder's answer). `decoder`
-    (bool [H, W], the decoder's mask) chooses among pictures for a single figure."""
+    """bool [H, W]: the answer to a question naming figures (`one`: a single figure, the largest)
+    from the page's pictures (int [D, 4] x0, y0, x1, y1 exclusive, in the page's pixels:
+    `word_snap.picture_boxes`), or None when no picture is large enough (the caller keeps the
+    decoder's answer)."""
     h, w = shape
     boxes = np.asarray(pictures, dtype=np.int64).reshape(-1, 4).clip(min=0, max=[w, h, w, h])
     area = (boxes[:, 2] - boxes[:, 0]).clip(min=0) * (boxes[:, 3] - boxes[:, 1]).clip(min=0)
@@ -46,9 +47,7 @@ def figure_answer(shape: tuple[int, int], pictures: np.ndarray, one: bool, decod
     if not len(boxes):
         return None
     if one:
-        covered = np.array([decoder[y0:y1, x0:x1].sum() for x0, y0, x1, y1 in boxes]) if decoder is not None \
-            else np.zeros(len(boxes))
-        boxes = boxes[[int(covered.argmax()) if covered.max() > 0 else int(area.argmax())]]
+        boxes = boxes[[int(area.argmax())]]
     out = np.zeros((h, w), bool)
     for x0, y0, x1, y1 in boxes:
         out[y0:y1, x0:x1] = True

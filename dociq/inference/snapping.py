@@ -119,7 +119,7 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
         if page.figures is None:
             page.ink = page_ink(page.image) if page.ink is None else page.ink
             page.figures = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes, FIGURE_TEXT)   # once per page
-        answer = figure_answer(masks.shape[-2:], page.figures, one, decoder=out[q])
+        answer = figure_answer(masks.shape[-2:], page.figures, one)
         if answer is not None:
             out[q] = answer
     return out
