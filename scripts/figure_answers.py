@@ -24,6 +24,7 @@ import numpy as np
 
 from dociq.data.masks import mask_iou
 from dociq.inference.figure_answers import FIGURE_TEXT, MIN_FIGURE_SHARE, figure_answer
+from dociq.models.word_snap import text_shares
 
 
 def _pack(mask: np.ndarray) -> tuple:
@@ -33,15 +34,6 @@ def _pack(mask: np.ndarray) -> tuple:
 def _unpack(packed: tuple) -> np.ndarray:
     shape, bits = packed
     return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
-
-
-def _text_share(drawings: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
-    """float [D]: the share of each drawing's box covered by the words whose centres lie inside."""
-    words = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
-    cx, cy = (words[:, 0] + words[:, 2]) / 2, (words[:, 1] + words[:, 3]) / 2
-    area = (words[:, 2] - words[:, 0]) * (words[:, 3] - words[:, 1])
-    return np.array([area[(cx >= x0) & (cx < x1) & (cy >= y0) & (cy < y1)].sum() / max((x1 - x0) * (y1 - y0), 1)
-                     for x0, y0, x1, y1 in drawings], np.float64)
 
 
 def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict]:
@@ -80,7 +72,7 @@ def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict
         for q, mask in zip(asked, decoder):
             rows.append(dict(package=page.meta.get("package", ""), page_id=page.meta.get("page_id", ""),
                              text=q.text, one=bool(figure_question(q.text)), target=_pack(np.asarray(q.mask, bool)),
-                             drawings=drawings, text_share=_text_share(drawings, word_boxes), decoder=mask))
+                             drawings=drawings, text_share=text_shares(drawings, word_boxes), decoder=mask))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} figure questions", flush=True)
     return rows
 

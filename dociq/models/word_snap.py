@@ -320,16 +320,22 @@ def drawing_boxes(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
                      for r, c in filter(None, ndimage.find_objects(np.where(drawn, joined, 0)))], np.int64).reshape(-1, 4)
 
 
-def picture_boxes(drawings: np.ndarray, word_boxes: np.ndarray, max_text: float = PICTURE_TEXT) -> np.ndarray:
-    """The drawings (int [D, 4]) that are pictures — plots, diagrams, photographs — not frames or
-    shading around text: the words whose centres lie inside cover less than `max_text` of the box."""
+def text_shares(drawings: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """float [D]: the share of each drawing's box (int [D, 4]) that the words whose centres lie
+    inside cover."""
     drawings = np.asarray(drawings).reshape(-1, 4)
     words = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     cx, cy = (words[:, 0] + words[:, 2]) / 2, (words[:, 1] + words[:, 3]) / 2
     area = (words[:, 2] - words[:, 0]) * (words[:, 3] - words[:, 1])
-    keep = [area[(cx >= x0) & (cx < x1) & (cy >= y0) & (cy < y1)].sum() < max_text * (x1 - x0) * (y1 - y0)
-            for x0, y0, x1, y1 in drawings]
-    return drawings[np.array(keep, bool)] if len(drawings) else drawings
+    return np.array([area[(cx >= x0) & (cx < x1) & (cy >= y0) & (cy < y1)].sum() / max((x1 - x0) * (y1 - y0), 1)
+                     for x0, y0, x1, y1 in drawings], np.float64)
+
+
+def picture_boxes(drawings: np.ndarray, word_boxes: np.ndarray, max_text: float = PICTURE_TEXT) -> np.ndarray:
+    """The drawings (int [D, 4]) that are pictures — plots, diagrams, photographs — not frames or
+    shading around text: the words whose centres lie inside cover less than `max_text` of the box."""
+    drawings = np.asarray(drawings).reshape(-1, 4)
+    return drawings[text_shares(drawings, word_boxes) < max_text] if len(drawings) else drawings
 
 
 def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
