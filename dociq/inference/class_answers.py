@@ -11,8 +11,9 @@ names several ("all section headings") every unit within `SHARE_OF_BEST` of the 
 
 Only the phrasings the model is fine-tuned on name a class (`LAYOUT_PHRASES`, matched without case,
 surrounding spaces or a final '?'); classes whose extent is drawn rather than set by their words
-(figures, tables, stamps, signatures, code listings in their frames) keep the decoder's mask, as do
-questions with a click, a box or a mask prompt beside them.
+(figures, tables, stamps, signatures, code listings in their frames) are not the head's: figures are
+the page's pictures (`figure_answers`), the others keep the decoder's mask, as do questions with a
+click, a box or a mask prompt beside them.
 docs/finetune.md ("A question that names a class") has the measurements.
 """
 from __future__ import annotations
