@@ -13,12 +13,10 @@ each rule (the units are boxes, the answer their union, as the Predictor draws t
 """
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
 
 from dociq.data.masks import mask_iou
+from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 from dociq.inference.class_answers import DRAWN_CLASSES, best_units
 
 STRIDE = 4       # the decoder's probability over a unit is read at a quarter of the page's resolution
@@ -31,15 +29,6 @@ def _units_mask(shape, boxes: np.ndarray, chosen) -> np.ndarray:
         x0, y0, x1, y1 = boxes[i].astype(int)
         out[y0:y1, x0:x1] = True
     return out
-
-
-def _pack(mask: np.ndarray) -> tuple:
-    return mask.shape, np.packbits(mask)
-
-
-def _unpack(packed: tuple) -> np.ndarray:
-    shape, bits = packed
-    return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
 
 
 def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
@@ -90,7 +79,7 @@ def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
                       float(dec[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)].mean()))
                      for x0, y0, x1, y1 in (boxes // STRIDE).astype(int)]
             rows.append(dict(package=page.meta.get("package", ""), label=label, one=one, text=q.text,
-                             target=_pack(np.asarray(q.mask, bool)), decoder=_pack(snapped[k]), boxes=boxes,
+                             target=pack(np.asarray(q.mask, bool)), decoder=pack(snapped[k]), boxes=boxes,
                              head=head[:, REGION_CLASSES.index(label)] if len(head) else np.zeros(0),
                              prob=np.array([c[0] for c in cover]), cover=np.array([c[1] for c in cover])))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} questions", flush=True)
@@ -107,7 +96,7 @@ def _touching(decoder: np.ndarray, answer: np.ndarray) -> np.ndarray:
 
 
 def _inside_target(row: dict, share: float) -> list[int]:
-    target = _unpack(row["target"])
+    target = unpack(row["target"])
     return [i for i, (x0, y0, x1, y1) in enumerate(row["boxes"].astype(int))
             if target[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)].mean() > share]
 
@@ -127,7 +116,7 @@ RULES = {
 
 
 def answer(rule, row: dict, target_shape) -> np.ndarray:
-    decoder = _unpack(row["decoder"])
+    decoder = unpack(row["decoder"])
     if rule is None:
         return decoder
     choose, touching = rule
@@ -140,7 +129,7 @@ def answer(rule, row: dict, target_shape) -> np.ndarray:
 
 def table(rows: list[dict]) -> None:
     labels = sorted({r["label"] for r in rows})
-    scores = {name: np.array([mask_iou(answer(rule, r, (t := _unpack(r["target"])).shape), t) for r in rows])
+    scores = {name: np.array([mask_iou(answer(rule, r, (t := unpack(r["target"])).shape), t) for r in rows])
               for name, rule in RULES.items()}
     print(f"| rule | all ({len(rows)}) | " + " | ".join(
         f"{lab} ({sum(r['label'] == lab for r in rows)})" for lab in labels) + " |")
@@ -150,27 +139,5 @@ def table(rows: list[dict]) -> None:
         print(f"| {name} | {100 * v.mean():.1f} | " + " | ".join(cells) + " |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", nargs="?")
-    parser.add_argument("--corpus", default="data/corpus")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--dump", type=Path, help="save what was collected (pickle) for --load")
-    parser.add_argument("--load", type=Path, help="score a saved collection instead of running a model")
-    args = parser.parse_args()
-    import pickle
-
-    if args.load:
-        rows = pickle.loads(args.load.read_bytes())
-    else:
-        if not args.checkpoint:
-            parser.error("give a checkpoint, or --load a saved collection")
-        rows = collect(args.checkpoint, args.corpus, args.split)
-        if args.dump:
-            args.dump.parent.mkdir(parents=True, exist_ok=True)
-            args.dump.write_bytes(pickle.dumps(rows))
-    table(rows)
-
-
 if __name__ == "__main__":
-    main()
+    run(__doc__.split("\n\n")[0], collect, table, needs_checkpoint=True)

@@ -11,22 +11,10 @@ predicted IoUs. Then it prints mIoU x100 by region size for each rule that picks
 """
 from __future__ import annotations
 
-import argparse
-import pickle
-from pathlib import Path
-
 import numpy as np
 
 from dociq.data.masks import mask_iou
-
-
-def _pack(mask: np.ndarray) -> tuple:
-    return mask.shape, np.packbits(mask)
-
-
-def _unpack(packed: tuple) -> np.ndarray:
-    shape, bits = packed
-    return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 
 def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
@@ -59,15 +47,15 @@ def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
         candidates, scores, _ = predictor.predict(points=clicks, point_labels=labels, multimask_output=True)
         for k, region in enumerate(regions):
             rows.append(dict(package=page.meta.get("package", ""), size=region.kind, label=region.text,
-                             target=_pack(np.asarray(region.mask, bool)), chosen=_pack(chosen[k]),
-                             candidates=[_pack(c) for c in candidates[k]], scores=np.asarray(scores[k])))
+                             target=pack(np.asarray(region.mask, bool)), chosen=pack(chosen[k]),
+                             candidates=[pack(c) for c in candidates[k]], scores=np.asarray(scores[k])))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} clicks", flush=True)
     return rows
 
 
 def _pick(rule: str, row: dict, candidates: list[np.ndarray], target: np.ndarray) -> np.ndarray:
     if rule == "the Predictor's answer":
-        return _unpack(row["chosen"])
+        return unpack(row["chosen"])
     if rule == "highest predicted IoU":
         return candidates[int(np.argmax(row["scores"]))]
     areas = [c.sum() for c in candidates]
@@ -90,7 +78,7 @@ def table(rows: list[dict]) -> None:
                    for lab in sorted({r["label"] for r in rows}, key=lambda lab: -sum(r["label"] == lab for r in rows))[:8]})
     scores = {rule: [] for rule in RULES}
     for r in rows:
-        target, candidates = _unpack(r["target"]), [_unpack(c) for c in r["candidates"]]
+        target, candidates = unpack(r["target"]), [unpack(c) for c in r["candidates"]]
         for rule in RULES:
             scores[rule].append(mask_iou(_pick(rule, r, candidates, target), target))
     print("| rule | " + " | ".join(f"{g} ({sum(m)})" for g, m in groups.items()) + " |")
@@ -100,25 +88,5 @@ def table(rows: list[dict]) -> None:
         print(f"| {rule} | " + " | ".join(f"{100 * v[np.array(m)].mean():.1f}" for m in groups.values()) + " |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", nargs="?")
-    parser.add_argument("--corpus", default="data/corpus")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--dump", type=Path, help="save what was collected (pickle) for --load")
-    parser.add_argument("--load", type=Path, help="score a saved collection instead of running a model")
-    args = parser.parse_args()
-    if args.load:
-        rows = pickle.loads(args.load.read_bytes())
-    else:
-        if not args.checkpoint:
-            parser.error("give a checkpoint, or --load a saved collection")
-        rows = collect(args.checkpoint, args.corpus, args.split)
-        if args.dump:
-            args.dump.parent.mkdir(parents=True, exist_ok=True)
-            args.dump.write_bytes(pickle.dumps(rows))
-    table(rows)
-
-
 if __name__ == "__main__":
-    main()
+    run(__doc__.split("\n\n")[0], collect, table, needs_checkpoint=True)

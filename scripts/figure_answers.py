@@ -16,27 +16,15 @@ page without a picture) and a variant where the decoder's mask chooses the singl
 """
 from __future__ import annotations
 
-import argparse
-import pickle
-from pathlib import Path
-
 import numpy as np
 
 from dociq.data.masks import mask_iou
+from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 from dociq.inference.figure_answers import FIGURE_TEXT, MIN_FIGURE_SHARE, figure_answer
 from dociq.models.word_snap import text_shares
 
 
-def _pack(mask: np.ndarray) -> tuple:
-    return mask.shape, np.packbits(mask)
-
-
-def _unpack(packed: tuple) -> np.ndarray:
-    shape, bits = packed
-    return np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
-
-
-def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict]:
+def collect(checkpoint: str | None, corpus: str, split: str) -> list[dict]:
     # deferred: --load scores a saved collection without torch or a corpus reader
     import torch
 
@@ -68,10 +56,10 @@ def collect(corpus: str, split: str, checkpoint: str | None = None) -> list[dict
         decoder = [None] * len(asked)
         if predictor is not None:
             predictor.set_image(page.image, words=list(page.words), word_boxes=word_boxes)
-            decoder = [_pack(m) for m in predictor.predict(question=[q.text for q in asked])[0]]
+            decoder = [pack(m) for m in predictor.predict(question=[q.text for q in asked])[0]]
         for q, mask in zip(asked, decoder):
             rows.append(dict(package=page.meta.get("package", ""), page_id=page.meta.get("page_id", ""),
-                             text=q.text, one=bool(figure_question(q.text)), target=_pack(np.asarray(q.mask, bool)),
+                             text=q.text, one=bool(figure_question(q.text)), target=pack(np.asarray(q.mask, bool)),
                              drawings=drawings, text_share=text_shares(drawings, word_boxes), decoder=mask))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} figure questions", flush=True)
     return rows
@@ -82,7 +70,7 @@ def rule_answer(row: dict, shape, max_text: float, min_share: float, mode: str =
     no picture answers; "predictor": the decoder's mask there, as the Predictor does; "decoder
     chooses": the same, and a single figure is the picture the decoder's mask covers most."""
     pictures = row["drawings"][row["text_share"] < max_text]
-    decoder = None if mode == "no model" else _unpack(row["decoder"])
+    decoder = None if mode == "no model" else unpack(row["decoder"])
     out = figure_answer(shape, pictures, row["one"], min_share=min_share)
     if out is None:
         return np.zeros(shape, bool) if decoder is None else decoder
@@ -120,29 +108,12 @@ def table(rows: list[dict]) -> None:
         f"{p} ({sum(r['package'] == p for r in rows)})" for p in packages) + " |")
     print("|" + "---|" * (len(packages) + 2))
     for name, rule in rules(all(r.get("decoder") is not None for r in rows)).items():
-        v = np.array([mask_iou(_unpack(r["decoder"]) if rule is None else rule_answer(r, t.shape, *rule), t)
-                      for r in rows for t in [_unpack(r["target"])]])
+        v = np.array([mask_iou(unpack(r["decoder"]) if rule is None else rule_answer(r, t.shape, *rule), t)
+                      for r in rows for t in [unpack(r["target"])]])
         cells = [f"{100 * v[[r['package'] == p for r in rows]].mean():.1f}" for p in packages]
         print(f"| {name} | {100 * v.mean():.1f} | " + " | ".join(cells) + " |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", nargs="?", help="also score the decoder's masks and the Predictor's rule")
-    parser.add_argument("--corpus", default="data/corpus")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--dump", type=Path, help="save what was collected (pickle) for --load")
-    parser.add_argument("--load", type=Path, help="score a saved collection instead of reading the corpus")
-    args = parser.parse_args()
-    if args.load:
-        rows = pickle.loads(args.load.read_bytes())
-    else:
-        rows = collect(args.corpus, args.split, args.checkpoint)
-        if args.dump:
-            args.dump.parent.mkdir(parents=True, exist_ok=True)
-            args.dump.write_bytes(pickle.dumps(rows))
-    table(rows)
-
-
 if __name__ == "__main__":
-    main()
+    run(__doc__.split("\n\n")[0], collect, table, needs_checkpoint=False,
+        checkpoint_help="also score the decoder's masks and the Predictor's rule")

@@ -72,3 +72,10 @@ def test_click_rules_pick_one_candidate_each(tmp_path):
                                                   f"{100 * line.sum() / column.sum():.1f}"]
     assert table["smallest"][1:3] == [f"{100 * line.sum() / block.sum():.1f}", "100.0"]
     assert table["the best (oracle)"][:3] == ["100.0", "100.0", "100.0"]
+
+
+def test_a_rule_script_without_a_checkpoint_or_a_collection_says_what_to_give():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "click_choice_rules.py")],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 2
+    assert "give a checkpoint, or --load a saved collection" in out.stderr
