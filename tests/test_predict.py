@@ -195,3 +195,39 @@ def test_a_predictor_with_a_best_guess_never_answers_empty(predictor):
             predictor.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
     for mask, logit in zip(masks, logits):
         assert mask.any() and np.array_equal(mask, logit >= logit.max())
+
+
+def test_a_lone_click_gets_the_innermost_of_its_snapped_candidates(predictor):
+    vocab = "install the package then run the command".split()
+    words, boxes = _grid_words([vocab[i % len(vocab)] for i in range(120)])
+    page = np.full((500, 1000, 3), 255, np.uint8)
+    predictor.set_image(page, words=words, word_boxes=boxes)
+    clicks = np.array([[[30.0, 20.0]], [[400.0, 200.0]], [[700.0, 420.0]]])
+    candidates, scores, low_res = predictor.predict(points=clicks, multimask_output=True)     # snapped to blocks
+    masks, chosen_scores, chosen_low_res = predictor.predict_masks(points=clicks)             # one mask each
+    for q in range(len(clicks)):
+        areas = [c.sum() if c.any() else np.inf for c in candidates[q]]
+        k = int(np.argmin(areas)) if np.isfinite(areas).any() else int(np.argmax(scores[q]))
+        assert np.array_equal(masks[q], candidates[q, k])
+        assert chosen_scores[q] == pytest.approx(scores[q, k])
+        assert np.allclose(chosen_low_res[q, 0], low_res[q, k])
+    with predictor.snapping(None):                       # raw masks: the IoU head's choice, as SAM's
+        raw, raw_scores, _ = predictor.predict(points=clicks, multimask_output=True)
+        masks, chosen_scores = predictor.predict(points=clicks)
+    best = raw_scores.argmax(1)
+    assert np.array_equal(masks, raw[np.arange(len(clicks)), best])
+    assert np.allclose(chosen_scores, raw_scores.max(1))
+
+
+def test_innermost_candidate_skips_empty_candidates_and_falls_back_to_the_score():
+    from dociq.inference.snapping import innermost_candidate
+
+    snapped = np.zeros((2, 3, 6, 6), bool)
+    snapped[0, 0, :4, :4] = True                 # 16 px
+    snapped[0, 2, :2, :3] = True                 # 6 px: the innermost; candidate 1 is empty
+    scores = np.array([[0.9, 0.8, 0.1], [0.2, 0.7, 0.3]])      # prompt 1: every candidate empty
+    low_res = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    masks, chosen, logits = innermost_candidate(snapped, scores, low_res)
+    assert np.array_equal(masks[0], snapped[0, 2]) and chosen[0] == 0.1
+    assert not masks[1].any() and chosen[1] == 0.7 and np.array_equal(logits[1, 0], low_res[1, 1])
+    assert masks.shape == (2, 6, 6) and logits.shape == (2, 1, 2, 2)

@@ -28,6 +28,12 @@ class Prompts:
     boxes: np.ndarray | None         # float [1 or Q, 4], clipped to the page
     masks: np.ndarray | None = None  # float [1 or Q, 1, h, w] low-res mask logits (SAM's mask_input)
 
+    @property
+    def lone_click(self) -> bool:
+        """One click, no question and no box (a mask prompt may come with it): ambiguous, so the
+        decoder's 3 multimask candidates are chosen among."""
+        return not self.questions and self.boxes is None and self.points is not None and self.points.shape[1] == 1
+
 
 _PIXELS = "pixel coordinates of the original page (not normalised, not the model's input size)"
 
