@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from dociq.data.masks import mask_iou
-from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 from dociq.inference.class_answers import DRAWN_CLASSES, best_units
+from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 STRIDE = 4       # the decoder's probability over a unit is read at a quarter of the page's resolution
 

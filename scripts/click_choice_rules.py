@@ -7,13 +7,15 @@ Asks the clicks `dociq eval --prompts point_region` asks (the same pages, region
 positions), and for each records the target, the Predictor's answer as a user gets it (its chosen
 mask, snapped), its three candidates (`multimask_output=True`, snapped the same way) with their
 predicted IoUs. Then it prints mIoU x100 by region size for each rule that picks one candidate
-(the answer's own, the highest predicted IoU, the smallest, the largest, the best: SAM's oracle).
+(the answer's own, the highest predicted IoU, the smallest not empty — the Predictor's default,
+`snapping.innermost_candidate` —, the largest, the best: SAM's oracle).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dociq.data.masks import mask_iou
+from dociq.inference.snapping import innermost_candidate
 from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 
@@ -58,9 +60,9 @@ def _pick(rule: str, row: dict, candidates: list[np.ndarray], target: np.ndarray
         return unpack(row["chosen"])
     if rule == "highest predicted IoU":
         return candidates[int(np.argmax(row["scores"]))]
+    if rule == "the smallest not empty (the innermost)":
+        return innermost_candidate(np.stack(candidates)[None], row["scores"][None], np.zeros((1, len(candidates), 1, 1)))[0][0]
     areas = [c.sum() for c in candidates]
-    if rule == "smallest":
-        return candidates[int(np.argmin(areas))]
     if rule == "largest":
         return candidates[int(np.argmax(areas))]
     if rule == "the best (oracle)":
@@ -68,7 +70,8 @@ def _pick(rule: str, row: dict, candidates: list[np.ndarray], target: np.ndarray
     raise ValueError(rule)
 
 
-RULES = ("the Predictor's answer", "highest predicted IoU", "smallest", "largest", "the best (oracle)")
+RULES = ("the Predictor's answer", "highest predicted IoU", "the smallest not empty (the innermost)", "largest",
+         "the best (oracle)")
 
 
 def table(rows: list[dict]) -> None:

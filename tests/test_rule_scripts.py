@@ -62,15 +62,15 @@ def test_click_rules_pick_one_candidate_each(tmp_path):
     line, block, column = _box(5, 5, 40, 12), _box(5, 5, 40, 30), _box(5, 5, 40, 90)
     rows = [dict(package="p", size="small", label="paragraph", target=_pack(block), chosen=_pack(column),
                  candidates=[_pack(line), _pack(block), _pack(column)], scores=np.array([0.2, 0.9, 0.5])),
-            dict(package="p", size="medium", label="list_item", target=_pack(line), chosen=_pack(line),
-                 candidates=[_pack(line), _pack(block), _pack(column)], scores=np.array([0.3, 0.4, 0.8]))]
+            dict(package="p", size="medium", label="list_item", target=_pack(line), chosen=_pack(line),    # one empty
+                 candidates=[_pack(np.zeros(SHAPE, bool)), _pack(line), _pack(column)], scores=np.array([0.3, 0.4, 0.8]))]
     table = _table("click_choice_rules.py", rows, tmp_path)
     assert table["rule"][:3] == ["all (2)", "small (1)", "medium (1)"]
     column_on_block = 100 * block.sum() / column.sum()
     assert table["the Predictor's answer"][:3] == [f"{(column_on_block + 100) / 2:.1f}", f"{column_on_block:.1f}", "100.0"]
     assert table["highest predicted IoU"][:3] == [f"{(100 + 100 * line.sum() / column.sum()) / 2:.1f}", "100.0",
                                                   f"{100 * line.sum() / column.sum():.1f}"]
-    assert table["smallest"][1:3] == [f"{100 * line.sum() / block.sum():.1f}", "100.0"]
+    assert table["the smallest not empty (the innermost)"][1:3] == [f"{100 * line.sum() / block.sum():.1f}", "100.0"]
     assert table["the best (oracle)"][:3] == ["100.0", "100.0", "100.0"]
 
 
