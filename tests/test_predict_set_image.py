@@ -105,9 +105,11 @@ def test_multimask_output_gives_three_candidates_per_prompt(predictor, page):
     h, w = predictor.low_res_size
     assert masks.shape == (2, 3, H, W) and masks.dtype == bool
     assert scores.shape == (2, 3) and low_res.shape == (2, 3, h, w) and (h, w) == (32, 32)
-    # a lone click is ambiguous: its single mask is the best of its three candidates (SAM)
-    multi, multi_scores, _ = predictor.predict(points=[[30, 12]], multimask_output=True)
-    single, single_scores = predictor.predict(points=[[30, 12]])
+    # a lone click is ambiguous: its single raw mask is the best scored of its three candidates (SAM);
+    # snapped to blocks it is the innermost (tests/test_predict.py)
+    with predictor.snapping(None):
+        multi, multi_scores, _ = predictor.predict(points=[[30, 12]], multimask_output=True)
+        single, single_scores = predictor.predict(points=[[30, 12]])
     best = int(multi_scores[0].argmax())
     np.testing.assert_array_equal(single[0], multi[0, best])
     assert single_scores[0] == multi_scores[0, best]
