@@ -12,16 +12,17 @@ the share of each drawing's box that words cover. Then it prints mIoU x100 per p
 (`dociq.inference.figure_answers.figure_answer` with its settings varied; a single figure is the
 largest picture). With a checkpoint it also records the decoder's mask as the Predictor snaps it
 without figure answers, and scores it, the Predictor's answer (the rule, the decoder's mask on a
-page without a picture) and a variant where the decoder's mask chooses the single figure. The detector's answer is scored by `dociq eval --baseline detector`.
+page without a picture) and a variant where the decoder's mask chooses the single figure. The
+detector's answer is scored by `dociq eval --baseline detector`.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dociq.data.masks import mask_iou
-from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 from dociq.inference.figure_answers import FIGURE_TEXT, MIN_FIGURE_SHARE, figure_answer
 from dociq.models.word_snap import text_shares
+from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 
 def collect(checkpoint: str | None, corpus: str, split: str) -> list[dict]:

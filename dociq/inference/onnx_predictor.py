@@ -25,8 +25,7 @@ from dociq.inference import onnx_geometry as geo
 from dociq.inference import onnx_inputs as inputs
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
-from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, best_guess, check_snap, clicks_innermost,
-                                      innermost_candidate, snap_masks)
+from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, check_snap, clicks_innermost, page_masks
 
 log = logging.getLogger(__name__)
 ONNX_DIR, ONNX_CONFIG = "onnx", "onnx_config.json"           # dociq.inference.onnx_export writes them
@@ -278,8 +277,7 @@ class OnnxPredictor:
         session = self.sessions[graph]
         wanted = {i.name for i in session.get_inputs()}
         masks, iou = session.run(None, {k: v for k, v in feed.items() if k in wanted})
-        innermost = clicks_innermost(prompts, multimask_output, return_logits, self.snap)
-        if multimask_output or innermost:
+        if multimask_output or clicks_innermost(prompts, multimask_output, return_logits, self.snap):
             low_res, scores = masks[:, 1:], iou[:, 1:]
         else:   # the best candidate: of the 3 multimask outputs for a lone click, else the single-mask output
             cand, cand_iou = (masks[:, 1:], iou[:, 1:]) if prompts.lone_click else (masks[:, :1], iou[:, :1])
@@ -287,15 +285,7 @@ class OnnxPredictor:
             rows = np.arange(len(best))
             low_res, scores = cand[rows, best][:, None], cand_iou[rows, best]
         logits = inputs.to_page(low_res, self.image_size, page.input_size, page.original_size)
-        out = logits if return_logits else logits > threshold
-        if not multimask_output and not innermost:
-            out, logits = out[:, 0], logits[:, 0]
-        if not return_logits and self.best_guess_margin is not None:
-            out = best_guess(logits, out, self.best_guess_margin)
-        reads_words = self.use_ocr and len(page.words) > 0
-        if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap,
-                             self.word_class_probabilities if self.class_answers else None)
-        if innermost:
-            return innermost_candidate(out, scores, low_res)
-        return out, scores, low_res
+        return page_masks(logits, scores, low_res, prompts, page, multimask_output=multimask_output,
+                          return_logits=return_logits, threshold=threshold, snap=self.snap,
+                          best_guess_margin=self.best_guess_margin, use_ocr=self.use_ocr,
+                          word_classes=self.word_class_probabilities if self.class_answers else None)

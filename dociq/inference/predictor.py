@@ -56,8 +56,7 @@ from dociq.inference.model_folder import (DEFAULT_MAX_QUESTION_WORDS, DociqSegme
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
 from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES,  # noqa: F401  (re-exported)
-                                      best_guess, check_snap, clicks_innermost, innermost_candidate,
-                                      snap_masks)
+                                      check_snap, clicks_innermost, page_masks)
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
@@ -308,26 +307,14 @@ class Predictor:
             match, word_pos = match[0].to(self.device), word_pos[0].to(self.device)
             question_ids = question_ids.to(self.device)
         answer = self.model.answer(page.embedding, question_ids, match, word_pos, points, mask_prompt, ambiguous)
-        innermost = clicks_innermost(prompts, multimask_output, return_logits, self.snap)
-        if multimask_output or innermost:            # SAM: the 3 multimask tokens
-            low_res, scores = answer.masks[:, 1:], answer.iou[:, 1:]
+        if multimask_output or clicks_innermost(prompts, multimask_output, return_logits, self.snap):
+            low_res, scores = answer.masks[:, 1:], answer.iou[:, 1:]     # SAM: the 3 multimask tokens
         else:                                        # one mask: the best candidate (multimask for a lone click)
             low_res, scores = answer.chosen, answer.chosen_iou
-        logits = self._to_page(low_res)
-        out = logits if return_logits else logits > threshold
-        if not multimask_output and not innermost:
-            out, logits = out[:, 0], logits[:, 0]
-        out = out.cpu().numpy()
-        if not return_logits and self.best_guess_margin is not None:
-            out = best_guess(logits.cpu(), out, self.best_guess_margin)
-        reads_words = self.use_ocr and len(page.words) > 0
-        if not return_logits and (self.snap == "blocks" or (self.snap == "words" and reads_words)):
-            out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), self.snap,
-                             self.word_class_probabilities if self.class_answers else None)
-        scores, low_res = scores.cpu().numpy(), low_res.cpu().numpy()
-        if innermost:
-            return innermost_candidate(out, scores, low_res)
-        return out, scores, low_res
+        return page_masks(self._to_page(low_res).cpu().numpy(), scores.cpu().numpy(), low_res.cpu().numpy(), prompts,
+                          page, multimask_output=multimask_output, return_logits=return_logits, threshold=threshold,
+                          snap=self.snap, best_guess_margin=self.best_guess_margin, use_ocr=self.use_ocr,
+                          word_classes=self.word_class_probabilities if self.class_answers else None)
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]

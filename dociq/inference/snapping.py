@@ -68,6 +68,35 @@ def innermost_candidate(snapped: np.ndarray, scores: np.ndarray,
     return snapped[rows, pick], scores[rows, pick], low_res[rows, pick][:, None]
 
 
+def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prompts: Prompts, page, *,
+               multimask_output: bool, return_logits: bool, threshold: float, snap: str | None,
+               best_guess_margin: float | None, use_ocr: bool,
+               word_classes: Callable[[], np.ndarray | None] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The masks a user gets from the decoder's candidates, the same for every backend.
+
+    logits float [Q, C, H, W] at the page's size: the 3 multimask candidates (`multimask_output`
+    or a lone click's innermost choice), else the 1 chosen; `scores` and `low_res` are passed
+    through as the backend shaped them (predicted IoUs [Q, 3] / [Q], decoder logits
+    [Q, C, h, w]). Thresholds them (or keeps the
+    logits with `return_logits`), gives an empty mask its best guess, snaps to words or blocks
+    (`page` has `.words`, `.word_boxes`, `.image`, `.text_blocks`, `.ink`) and picks a lone click's
+    innermost candidate. `word_classes` gives the page's word-class probabilities for class answers
+    (None: no class answers). Returns (masks, scores, low_res), the masks' C dropped unless
+    `multimask_output`."""
+    innermost = clicks_innermost(prompts, multimask_output, return_logits, snap)
+    out = logits if return_logits else logits > threshold
+    if not multimask_output and not innermost:
+        out, logits = out[:, 0], logits[:, 0]
+    if not return_logits and best_guess_margin is not None:
+        out = best_guess(logits, out, best_guess_margin)
+    reads_words = use_ocr and len(page.words) > 0
+    if not return_logits and (snap == "blocks" or (snap == "words" and reads_words)):
+        out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), snap, word_classes)
+    if innermost:
+        return innermost_candidate(out, scores, low_res)
+    return out, scores, low_res
+
+
 def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question: str, blocks) -> np.ndarray:
     return keep_quoted(snap(mask), word_boxes, words, question, blocks)
 
