@@ -1,13 +1,13 @@
 """Layout questions that name a text class: which answer, the decoder's or the word-class head's, or a
-mix of both, per class, on a corpus split (dociq.inference.class_answers).
+mix of both, per class, on a corpus split (the Predictor itself names units with its unit classifier,
+dociq.inference.class_answers; scripts/fit_unit_classifier.py measures that one).
 
     python scripts/class_answer_rules.py CKPT --corpus data/corpus --split val --dump outputs/rules/val.pkl
     python scripts/class_answer_rules.py --load outputs/rules/val.pkl          # the table again, no model
 
 Asks the questions `dociq eval --prompts question` asks (the same pages, the same draw of up to eight
-questions a page), keeps those that name a text class (code listings too, which the Predictor leaves
-to the decoder), and for each records the target, the decoder's
-mask as the Predictor snaps it without the head, and the page's text units with the head's mean class
+questions a page), keeps those that name a text class (code listings too), and for each records
+the target, the decoder's mask as the Predictor snaps it without class answers, and the page's text units with the head's mean class
 probability and the decoder's mean mask probability over each. Then it prints mIoU x100 per class for
 each rule (the units are boxes, the answer their union, as the Predictor draws them).
 """
@@ -17,6 +17,8 @@ import numpy as np
 
 from dociq.data.masks import mask_iou
 from dociq.inference.class_answers import DRAWN_CLASSES, best_units
+
+FRAMED = DRAWN_CLASSES + ("code",)   # classes a rule below leaves to the decoder's mask
 from rule_collections import pack, run, unpack  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 STRIDE = 4       # the decoder's probability over a unit is read at a quarter of the page's resolution
@@ -45,7 +47,7 @@ def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
     from dociq.data.schema import REGION_CLASSES
 
     # every class whose units are text, code listings too (the Predictor leaves them to the decoder)
-    phrasings = phrased_classes(skip=tuple(c for c in DRAWN_CLASSES if c != "code"))
+    phrasings = phrased_classes(skip=DRAWN_CLASSES)
     predictor = load_predictor(checkpoint)
     predictor.class_answers = False
     pages = CorpusDocuments(root=corpus, split=None if split == "all" else split)
@@ -105,8 +107,8 @@ def _inside_target(row: dict, share: float) -> list[int]:
 RULES = {
     "decoder": None,
     "head, every class": (lambda r: best_units(r["head"], r["one"]), False),
-    "head, code listings from the decoder (the Predictor's)":
-        (lambda r: [] if r["label"] in DRAWN_CLASSES else best_units(r["head"], r["one"]), False),
+    "head, code listings from the decoder":
+        (lambda r: [] if r["label"] in FRAMED else best_units(r["head"], r["one"]), False),
     "0.7 head + 0.3 decoder probability": (lambda r: best_units(0.7 * np.clip(r["head"], 0, None) + 0.3 * r["prob"], r["one"]), False),
     "head, with the decoder's parts it touches": (lambda r: best_units(r["head"], r["one"]), True),
     "head, the decoder's when the best unit is under 0.1":

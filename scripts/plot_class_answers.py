@@ -1,5 +1,5 @@
 """Figure: layout questions that name a class, answered by the decoder's mask (left) and by the
-Predictor's default (right): the word-class head's text units for a text class
+Predictor's default (right): the text units the unit classifier names for a text class
 (dociq.inference.class_answers), the page's pictures for figures (dociq.inference.figure_answers).
 
     python scripts/plot_class_answers.py CKPT --corpus data/corpus_unseen --split all --rows 8 \
@@ -20,7 +20,7 @@ from dociq.data.masks import mask_iou
 
 def pick_questions(pages, rows: int, seed: int, classes=None) -> list[tuple]:
     """(page, question) pairs: pages in a seeded order, one class-naming question each, classes in
-    turn (only `classes` when given; by default the text classes the head answers)."""
+    turn (only `classes` when given; by default the text classes the units answer)."""
     from dociq.inference.class_answers import QUESTION_CLASSES, named_class, phrased_classes
 
     phrasings = QUESTION_CLASSES if classes is None else \

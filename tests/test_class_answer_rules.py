@@ -44,4 +44,4 @@ def test_the_rules_table_scores_each_answer_against_its_target(tmp_path):
     line_in_frame = 100 * 100 / 600                                  # one 20 x 5 line of a 30 x 20 frame
     assert table["decoder"] == [50.0, 100.0, 0.0]
     assert table["head, every class"] == [round((line_in_frame + 100) / 2, 1), round(line_in_frame, 1), 100.0]
-    assert table["head, code listings from the decoder (the Predictor's)"] == [100.0, 100.0, 100.0]
+    assert table["head, code listings from the decoder"] == [100.0, 100.0, 100.0]

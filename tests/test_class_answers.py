@@ -1,10 +1,10 @@
-"""Layout questions that name a text class are answered by the word-class head's text units
+"""Layout questions that name a text class are answered by the text units the unit classifier names
 (dociq.inference.class_answers), through the Predictor's default snap="blocks"."""
 import numpy as np
 import pytest
 
 from dociq.data.schema import REGION_CLASSES
-from dociq.inference.class_answers import SHARE_OF_BEST, chosen_units, class_answer, named_class, text_units
+from dociq.inference.class_answers import SHARE_OF_BEST, best_units, class_answer, named_class, text_units
 from dociq.inference.predictor import Predictor
 
 H, W = 120, 160
@@ -16,7 +16,7 @@ WORD_BOXES = np.array([[10, 5, 70, 20],                                    # a t
 
 
 def probs_for(classes: list[str]) -> np.ndarray:
-    """Word-class probabilities: 0.7 on each word's class, the rest spread evenly."""
+    """Class probabilities: 0.7 on each unit's class, the rest spread evenly."""
     out = np.full((len(classes), len(REGION_CLASSES)), 0.3 / (len(REGION_CLASSES) - 1))
     for i, label in enumerate(classes):
         out[i, REGION_CLASSES.index(label)] = 0.7
@@ -30,7 +30,7 @@ def probs_for(classes: list[str]) -> np.ndarray:
     ("the page numbers", ("page_number", False)),
     ("the page header", ("page_header", True)),          # in both of its lists: "the" asks for one
     ("segment the table", None),                         # drawn, not set by words: the decoder's mask
-    ("all code listings", None),                         # a listing is its frame: the decoder's too
+    ("all code listings", ("code", False)),              # a listing's lines are a unit
     ("where is the signature?", None),
     ("which paragraph mentions “Body”?", None),          # a reading question
     ("the number of the page", None),                    # a phrasing the model was not fine-tuned on
@@ -40,27 +40,20 @@ def test_the_questions_that_name_a_text_class(question, expected):
 
 
 def test_one_region_is_the_likeliest_unit_and_several_those_near_it():
-    units = [[0], [1, 2], [3], [4]]
-    k = REGION_CLASSES.index("section_heading")
-    probs = np.zeros((5, len(REGION_CLASSES)))
-    probs[:, REGION_CLASSES.index("paragraph")] = 1.0
-    probs[[0, 1, 2, 3, 4], k] = [0.9, 0.5, 0.1, SHARE_OF_BEST * 0.9 - 0.01, SHARE_OF_BEST * 0.9 + 0.01]
-    assert chosen_units(units, probs, "section_heading", one=True) == [0]
-    # unit [1, 2] scores the mean 0.3 >= 0.27; unit [3] just under the share, unit [4] just over
-    assert chosen_units(units, probs, "section_heading", one=False) == [0, 1, 3]
+    score = np.array([0.9, 0.3, SHARE_OF_BEST * 0.9 - 0.01, SHARE_OF_BEST * 0.9 + 0.01, 0.05])
+    assert best_units(score, one=True) == [0]
+    assert best_units(score, one=False) == [0, 1, 3]         # unit 2 just under the share, unit 3 just over
+    assert best_units(np.zeros(0), one=True) == []
 
 
-def test_words_the_model_did_not_read_do_not_count():
-    probs = probs_for(["paragraph", "page_number", "paragraph"])
-    probs[1] = 0.0                                   # the token budget left the page number's word out
-    assert chosen_units([[0], [1], [2]], probs, "page_number", one=True) in ([0], [2])
-    assert chosen_units([[1]], probs, "page_number", one=True) == []
-    assert class_answer((H, W), WORD_BOXES[:1], [[0]], np.zeros((1, len(REGION_CLASSES))), "title", True) is None
+def test_a_page_without_units_has_no_class_answer():
+    assert class_answer((H, W), np.zeros((0, 4)), [], np.zeros((0, len(REGION_CLASSES))), "title", True) is None
 
 
 def test_the_answer_is_the_box_around_each_chosen_units_words():
     units = text_units([[0], [1, 2, 3], [4, 5], [6]], WORD_BOXES, WORDS)
-    probs = probs_for(["title", "paragraph", "paragraph", "paragraph", "paragraph", "paragraph", "page_number"])
+    assert units == [[0], [1, 2, 3], [4, 5], [6]]
+    probs = probs_for(["title", "paragraph", "paragraph", "page_number"])
     mask = class_answer((H, W), WORD_BOXES, units, probs, "paragraph", one=False)
     expected = np.zeros((H, W), bool)
     expected[40:50, 10:100] = True
@@ -68,6 +61,19 @@ def test_the_answer_is_the_box_around_each_chosen_units_words():
     np.testing.assert_array_equal(mask, expected)
     number = class_answer((H, W), WORD_BOXES, units, probs, "page_number", one=True)
     assert number.sum() == 7 * 8 and number[105:113, 75:82].all()
+
+
+class UnitsByFirstWord:
+    """A unit classifier that calls a unit opening with "Report" the title, one that is "7" the
+    page number and the rest paragraphs; it counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def unit_probabilities(self, image, word_boxes, words, units):
+        self.calls += 1
+        names = {"Report": "title", "7": "page_number"}
+        return probs_for([names.get(words[unit[0]], "paragraph") for unit in units])
 
 
 @pytest.fixture(scope="module")
@@ -79,19 +85,17 @@ def page():
 
 
 @pytest.fixture
-def predictor(finetune_checkpoint, page, monkeypatch):
-    """The test checkpoint's Predictor on the page, with a word-class head that calls the last word
-    the page number and the first the title (the small test model has none of its own)."""
+def predictor(finetune_checkpoint, page):
+    """The test checkpoint's Predictor on the page, with a unit classifier that names the title and
+    the page number by their words."""
     predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
-    calls = []
-    classes = ["title"] + ["paragraph"] * 5 + ["page_number"]
-    monkeypatch.setattr(predictor, "word_class_probabilities", lambda: calls.append(1) or probs_for(classes))
+    predictor.unit_classifier = UnitsByFirstWord()
     predictor.set_image(page, words=WORDS, word_boxes=WORD_BOXES)
-    return predictor, calls
+    return predictor, predictor.unit_classifier
 
 
-def test_the_predictor_answers_a_class_question_with_the_heads_units(predictor):
-    predictor, calls = predictor
+def test_the_predictor_answers_a_class_question_with_the_named_units(predictor):
+    predictor, classifier = predictor
     masks, scores = predictor.predict(question=["where is the page number?", "segment the title", "all paragraphs"])
     assert masks.shape == (3, H, W) and scores.shape == (3,)
     np.testing.assert_array_equal(np.argwhere(masks[0]).min(0), [105, 75])
@@ -100,7 +104,7 @@ def test_the_predictor_answers_a_class_question_with_the_heads_units(predictor):
     assert masks[1].sum() == 15 * 60 and masks[1][5:20, 10:70].all()
     assert masks[2][40:50, 10:100].all() and masks[2][70:80, 10:80].all() and not masks[2][:30].any()
     predictor.predict(question="the page number")
-    assert len(calls) == 1                                   # the head is read once per page
+    assert classifier.calls == 1                             # the units are named once per page
 
 
 def test_other_prompts_and_the_switch_keep_the_decoders_mask(predictor):

@@ -240,20 +240,29 @@ def test_word_class_probabilities_read_each_words_first_token(pair):
     np.testing.assert_allclose(got, expect, atol=1e-6)
 
 
-def test_class_questions_take_the_word_class_heads_units_on_both_backends(pair, monkeypatch):
-    """A question naming a text class is answered from the word classes on the runner as on torch
-    (the fixture model has no head: both backends are given the same word classes)."""
+def test_class_questions_take_the_named_units_on_both_backends(pair, monkeypatch):
+    """A question naming a text class is answered from the units the unit classifier names, on the
+    runner as on torch: the packaged classifier, and one that calls the unit holding the middle
+    word the page number."""
     from dociq.data.schema import REGION_CLASSES
 
     torch_predictor, onnx_predictor = pair
     image, words, boxes = _page(260, 230, seed=5)
-    probs = np.full((len(words), len(REGION_CLASSES)), 0.01)
-    probs[:, REGION_CLASSES.index("paragraph")] = 0.5
-    probs[len(words) // 2, REGION_CLASSES.index("page_number")] = 0.9
     questions = ["where is the page number?", "all paragraphs", "the footer"]
+    packaged = [p.predict(image, question=questions, words=words, word_boxes=boxes)[0]
+                for p in (torch_predictor, onnx_predictor)]
+    np.testing.assert_array_equal(packaged[0], packaged[1])
+
+    class MiddleWordIsTheNumber:
+        def unit_probabilities(self, image, word_boxes, words_, units):
+            probs = np.full((len(units), len(REGION_CLASSES)), 0.01)
+            probs[:, REGION_CLASSES.index("paragraph")] = 0.5
+            probs[[len(words) // 2 in unit for unit in units], REGION_CLASSES.index("page_number")] = 0.9
+            return probs
+
     answers = []
     for p in (torch_predictor, onnx_predictor):
-        monkeypatch.setattr(p, "word_class_probabilities", lambda: probs)
+        monkeypatch.setattr(p, "unit_classifier", MiddleWordIsTheNumber())
         answers.append(p.predict(image, question=questions, words=words, word_boxes=boxes)[0])
     np.testing.assert_array_equal(answers[0], answers[1])
     x0, y0, x1, y1 = boxes[len(words) // 2].astype(int)

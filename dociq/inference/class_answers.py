@@ -1,20 +1,21 @@
-"""Layout questions that name a text class, answered by the word-class head.
+"""Layout questions that name a text class, answered by the unit classifier.
 
-"the page number", "all section headings", "segment the title": the model's word-class head gives
-every OCR word a layout class, and on held-out real pages it finds the page number, the title or a
-heading among the page's text units far more often than the mask decoder's answer to the question
-does (the decoder misses a page number's few pixels on its stride-4 grid, and paints one heading of
-several). Such a question is answered from the head: the page's text units (the blocks, fields and
-cells that `snap_to_blocks` completes masks to) are ranked by their words' mean probability of the
-class; a question that names one region ("the page number") gets the likeliest unit, one that
-names several ("all section headings") every unit within `SHARE_OF_BEST` of the likeliest.
+"the page number", "all section headings", "segment the title", "all code listings": the page's
+text units (the blocks, fields and cells that `snap_to_blocks` completes masks to) are named by
+the unit classifier (`dociq.inference.unit_classifier`: boosted trees over what a reader sees of a
+unit, fitted on the corpus's labelled pages), and ranked by their probability of the class; a
+question that names one region ("the page number") gets the likeliest unit, one that names several
+("all section headings") every unit within `SHARE_OF_BEST` of the likeliest. On held-out real pages
+that names classes better than the mask decoder's answer to the question (which misses a page
+number's few pixels on its stride-4 grid, and paints one heading of several) and than the model's
+word-class head.
 
 Only the phrasings the model is fine-tuned on name a class (`LAYOUT_PHRASES`, matched without case,
 surrounding spaces or a final '?'); classes whose extent is drawn rather than set by their words
-(figures, tables, stamps, signatures, code listings in their frames) are not the head's: figures are
-the page's pictures (`figure_answers`), the others keep the decoder's mask, as do questions with a
-click, a box or a mask prompt beside them.
-docs/finetune.md ("A question that names a class") has the measurements.
+(figures, tables, stamps, signatures) are not the units': figures are the page's pictures
+(`figure_answers`), the others keep the decoder's mask, as do questions with a click, a box or a
+mask prompt beside them.
+docs/finetune.md ("Naming a unit's class from what it looks like") has the measurements.
 """
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import leader_words
 from dociq.models.word_snap import field_units, field_values, pixel_boxes
 
-# Regions whose extent is drawn, not set by their words: their answer stays the decoder's. A code
-# listing's region is its shaded frame, which the decoder paints and the boxes of its lines fall
-# short of (the full recipe, held-out: code 59 from the decoder against 45-46 from the head).
-DRAWN_CLASSES = ("figure", "table", "stamp", "signature", "code")
-# A question naming several regions gets every unit whose mean class probability is at least this
+# Regions whose extent is drawn, not set by their words: their answer stays the decoder's (a
+# table's rules, a figure's picture). Code listings are units: the classifier's units scored 59-62
+# against the decoder's 52-55 (held-out real pages, docs/finetune.md).
+DRAWN_CLASSES = ("figure", "table", "stamp", "signature")
+# A question naming several regions gets every unit whose class probability is at least this
 # share of the best unit's: 0.2-0.4 scored alike on the recipe's held-out split, 0.5 and a rule
 # without the singular/plural split 2-3 points lower (docs/finetune.md).
 SHARE_OF_BEST = 0.3
@@ -73,18 +74,6 @@ def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: S
     return [unit for block in blocks for unit in field_units(block, boxes, words, values, leaders)]
 
 
-def chosen_units(units: Sequence[Sequence[int]], word_probs: np.ndarray, label: str, one: bool) -> list[int]:
-    """Indices of the units that answer a question naming `label`: the unit whose words' mean
-    probability of it is highest (`one`), or every unit within SHARE_OF_BEST of that. Words the
-    model did not read (rows of zeros) do not count; units without a read word are never chosen.
-    word_probs float [N, len(REGION_CLASSES)] (`Predictor.word_class_probabilities`)."""
-    probs = np.asarray(word_probs, dtype=np.float64)
-    read = probs.sum(1) > 0
-    k = REGION_CLASSES.index(label)
-    score = np.array([probs[u, k][read[u]].mean() if read[u].any() else -1.0 for u in map(list, units)])
-    return best_units(score, one)
-
-
 def best_units(score: np.ndarray, one: bool) -> list[int]:
     """Indices of the units a per-unit score (float [U], negative: not a candidate) picks: the
     highest (`one`), or every candidate within SHARE_OF_BEST of it."""
@@ -96,10 +85,12 @@ def best_units(score: np.ndarray, one: bool) -> list[int]:
 
 
 def class_answer(shape: tuple[int, int], word_boxes: np.ndarray, units: Sequence[Sequence[int]],
-                 word_probs: np.ndarray, label: str, one: bool) -> np.ndarray | None:
-    """bool [H, W]: the boxes of the units that answer a question naming `label` (`chosen_units`),
-    each the box around its words; None when no unit holds a word the model read."""
-    chosen = chosen_units(units, word_probs, label, one)
+                 unit_probs: np.ndarray, label: str, one: bool) -> np.ndarray | None:
+    """bool [H, W]: the boxes of the units that answer a question naming `label` (`best_units` of
+    their probability of it, unit_probs float [U, len(REGION_CLASSES)]), each the box around its
+    words; None when the page has no unit."""
+    probs = np.asarray(unit_probs, np.float64).reshape(-1, len(REGION_CLASSES))
+    chosen = best_units(probs[:, REGION_CLASSES.index(label)], one)
     if not chosen:
         return None
     pixels = pixel_boxes(word_boxes, shape)

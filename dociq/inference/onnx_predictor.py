@@ -26,6 +26,7 @@ from dociq.inference import onnx_inputs as inputs
 from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
 from dociq.inference.snapping import DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, check_snap, clicks_innermost, page_masks
+from dociq.inference.unit_classifier import default_unit_classifier
 
 log = logging.getLogger(__name__)
 ONNX_DIR, ONNX_CONFIG = "onnx", "onnx_config.json"           # dociq.inference.onnx_export writes them
@@ -63,7 +64,7 @@ class OnnxPage:
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
     figures: np.ndarray | None = None            # the pictures a figure question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
-    word_probs: np.ndarray | None = None         # word_class_probabilities, once a question names a class
+    unit_probs: np.ndarray | None = None         # the unit classifier's, once a question names a class
 
 
 class OnnxPredictor:
@@ -97,6 +98,7 @@ class OnnxPredictor:
         self.snap = snap
         self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
         self.class_answers = True            # Predictor.class_answers
+        self.unit_classifier = default_unit_classifier()   # Predictor.unit_classifier
         self._page: OnnxPage | None = None
 
     @property
@@ -288,4 +290,4 @@ class OnnxPredictor:
         return page_masks(logits, scores, low_res, prompts, page, multimask_output=multimask_output,
                           return_logits=return_logits, threshold=threshold, snap=self.snap,
                           best_guess_margin=self.best_guess_margin, use_ocr=self.use_ocr,
-                          word_classes=self.word_class_probabilities if self.class_answers else None)
+                          unit_classifier=self.unit_classifier if self.class_answers else None)

@@ -57,6 +57,7 @@ from dociq.inference.page_inputs import read_page_image, read_page_words
 from dociq.inference.prompts import Prompts, check_prompts, check_threshold
 from dociq.inference.snapping import (DEFAULT_BEST_GUESS_MARGIN, DEFAULT_SNAP, SNAP_MODES,  # noqa: F401  (re-exported)
                                       check_snap, clicks_innermost, page_masks)
+from dociq.inference.unit_classifier import default_unit_classifier
 from dociq.io.checkpoint import CheckpointError, model_state_dict, read_finetune_checkpoint
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,10 @@ class Predictor:
         self.snap = snap
         self.best_guess_margin = DEFAULT_BEST_GUESS_MARGIN
         # With snap="blocks", a layout question naming a text class ("the page number", "all section
-        # headings") is answered by the word-class head's likeliest text units, not by the decoder's
-        # mask (dociq.inference.class_answers); False keeps the decoder's.
+        # headings") is answered by the text units `unit_classifier` names, not by the decoder's mask
+        # (dociq.inference.class_answers); False keeps the decoder's.
         self.class_answers = True
+        self.unit_classifier = default_unit_classifier()
         self.model = model.to(self.device).eval()
         self.image_size = int(image_size)
         self.use_ocr = use_ocr
@@ -314,7 +316,7 @@ class Predictor:
         return page_masks(self._to_page(low_res).cpu().numpy(), scores.cpu().numpy(), low_res.cpu().numpy(), prompts,
                           page, multimask_output=multimask_output, return_logits=return_logits, threshold=threshold,
                           snap=self.snap, best_guess_margin=self.best_guess_margin, use_ocr=self.use_ocr,
-                          word_classes=self.word_class_probabilities if self.class_answers else None)
+                          unit_classifier=self.unit_classifier if self.class_answers else None)
 
     def _to_page(self, low_res: torch.Tensor) -> torch.Tensor:
         """[Q, C, h, w] decoder grid -> the square input frame -> crop the padding -> [Q, C, H, W]
@@ -343,7 +345,7 @@ class PageState:
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
     figures: np.ndarray | None = None            # the pictures a figure question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
-    word_probs: np.ndarray | None = None         # word_class_probabilities, once a question names a class
+    unit_probs: np.ndarray | None = None         # the unit classifier's, once a question names a class
 
 
 def check_device(device: str | torch.device) -> torch.device:

@@ -11,6 +11,7 @@ from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
 from dociq.inference.figure_answers import FIGURE_TEXT, figure_answer, figure_question
 from dociq.inference.prompts import Prompts
+from dociq.inference.unit_classifier import UnitClassifier
 from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
 
 # Predictor(snap=...): None (the decoder's masks), "words" or "blocks" (dociq.models.word_snap).
@@ -71,7 +72,7 @@ def innermost_candidate(snapped: np.ndarray, scores: np.ndarray,
 def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prompts: Prompts, page, *,
                multimask_output: bool, return_logits: bool, threshold: float, snap: str | None,
                best_guess_margin: float | None, use_ocr: bool,
-               word_classes: Callable[[], np.ndarray | None] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               unit_classifier: UnitClassifier | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The masks a user gets from the decoder's candidates, the same for every backend.
 
     logits float [Q, C, H, W] at the page's size: the 3 multimask candidates (`multimask_output`
@@ -80,8 +81,8 @@ def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prom
     [Q, C, h, w]). Thresholds them (or keeps the
     logits with `return_logits`), gives an empty mask its best guess, snaps to words or blocks
     (`page` has `.words`, `.word_boxes`, `.image`, `.text_blocks`, `.ink`) and picks a lone click's
-    innermost candidate. `word_classes` gives the page's word-class probabilities for class answers
-    (None: no class answers). Returns (masks, scores, low_res), the masks' C dropped unless
+    innermost candidate. `unit_classifier` names the page's text units for class answers (None: no
+    class answers). Returns (masks, scores, low_res), the masks' C dropped unless
     `multimask_output`."""
     innermost = clicks_innermost(prompts, multimask_output, return_logits, snap)
     out = logits if return_logits else logits > threshold
@@ -91,7 +92,7 @@ def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prom
         out = best_guess(logits, out, best_guess_margin)
     reads_words = use_ocr and len(page.words) > 0
     if not return_logits and (snap == "blocks" or (snap == "words" and reads_words)):
-        out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), snap, word_classes)
+        out = snap_masks(out, prompts, page, page.word_boxes if reads_words else np.zeros((0, 4)), snap, unit_classifier)
     if innermost:
         return innermost_candidate(out, scores, low_res)
     return out, scores, low_res
@@ -102,21 +103,21 @@ def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question
 
 
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
-               class_probabilities: Callable[[], np.ndarray | None] | None = None) -> np.ndarray:
+               unit_classifier: UnitClassifier | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
     "blocks") to `word_boxes`: the page's own, or none when the model does not read the words (a
     box prompt's mask is still kept inside its box). page: the Predictor's or the ONNX runner's set
-    page (its `words`; its `text_blocks`, `text_units` and `word_probs`, found here on the first
-    prompt that needs them). With `class_probabilities` (the backend's `word_class_probabilities`) and
-    "blocks", a question alone that names a text class (`class_answers.named_class`) and asks for
-    one mask [Q, H, W] is answered by the word-class head (`class_answers.class_answer`), one that
-    names figures by the page's pictures (`figure_answers.figure_answer`)."""
+    page (its `words` and `image`; its `text_blocks`, `text_units` and `unit_probs`, found here on
+    the first prompt that needs them). With a `unit_classifier` and "blocks", a question alone that
+    names a text class (`class_answers.named_class`) and asks for one mask [Q, H, W] is answered by
+    the units it names (`class_answers.class_answer`), one that names figures by the page's pictures
+    (`figure_answers.figure_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
-    if mode == "blocks" and words is not None and class_probabilities is not None and masks.ndim == 3 \
+    if mode == "blocks" and words is not None and unit_classifier is not None and masks.ndim == 3 \
             and prompts.boxes is None and prompts.points is None and prompts.masks is None:
-        return _answer_classes(masks, prompts, page, word_boxes, class_probabilities,
+        return _answer_classes(masks, prompts, page, word_boxes, unit_classifier,
                                partial(snap_masks, page=page, word_boxes=word_boxes, mode=mode))
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
     if mode == "blocks" and page.ink is None:
@@ -142,25 +143,22 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
 
 
 def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray,
-                    class_probabilities: Callable[[], np.ndarray | None], snap: Callable) -> np.ndarray:
+                    unit_classifier: UnitClassifier, snap: Callable) -> np.ndarray:
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
-    word-class head, those that name figures by the page's pictures (`figure_answers`), and the
+    units `unit_classifier` names, those that name figures by the page's pictures (`figure_answers`), and the
     others snapped as `snap` (snap_masks without them) does."""
     named = [named_class(q) for q in prompts.questions]
-    if any(named) and page.word_probs is None:
-        page.word_probs = class_probabilities()                                # once per page
-    if page.word_probs is None:                                                # no word-class head
-        named = [None] * len(named)
     figures = [figure_question(q) for q in prompts.questions]                  # None, or names one figure
     if not any(named) and all(one is None for one in figures):
         return snap(masks, prompts)
-    if any(named) and page.text_units is None:
-        page.text_units = text_units(page.text_blocks, word_boxes, page.words)   # once per page
+    if any(named) and page.unit_probs is None:                                   # once per page
+        page.text_units = text_units(page.text_blocks, word_boxes, page.words)
+        page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
     answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
-                                                      page.word_probs, *name) for name in named]
+                                                      page.unit_probs, *name) for name in named]
     out = masks.copy()
     rest = [q for q, answer in enumerate(answers) if answer is None]
-    if rest:                     # only the questions the head does not answer are snapped (question prompts alone)
+    if rest:                     # only the questions the units do not answer are snapped (question prompts alone)
         out[rest] = snap(masks[rest], replace(prompts, count=len(rest), questions=[prompts.questions[q] for q in rest]))
     for q, answer in enumerate(answers):
         if answer is not None:

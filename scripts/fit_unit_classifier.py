@@ -1,0 +1,100 @@
+"""Fit the unit classifier (`dociq.inference.unit_classifier`) on a corpus's labelled training pages.
+
+    python scripts/fit_unit_classifier.py --corpus data/corpus --out dociq/inference/assets/unit_classes.npz \
+        --eval data/corpus:val --eval data/corpus_unseen:all
+
+Every text unit of a page (`class_answers.text_units` of `text_blocks.page_blocks`: the units the
+Predictor answers with) is labelled with the class most of its words have (a word's class is that
+of the smallest labelled region holding it), or `none` when fewer than half of its words are in
+a region; `unit_features` describes it. scikit-learn's HistGradientBoostingClassifier is fitted on
+them (100 iterations of trees with 15 leaves; no early stopping, so a fit repeats exactly), the
+trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
+probabilities on the training units. `--eval CORPUS:SPLIT` prints the unit accuracy there.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dociq.data.datasets.corpus.dataset import CorpusDocuments
+from dociq.data.schema import REGION_CLASSES, Page
+from dociq.data.text_blocks import page_blocks
+from dociq.inference.class_answers import text_units
+from dociq.inference.unit_classifier import NOT_A_REGION, UnitClassifier
+from dociq.inference.unit_features import unit_features
+
+CLASS_NAMES = REGION_CLASSES + (NOT_A_REGION,)
+ITERATIONS, LEAVES, L2 = 100, 15, 1.0
+
+
+def unit_labels(page: Page, units: list[list[int]]) -> np.ndarray:
+    """int [U]: CLASS_NAMES index of each unit's class (the class most of its words have)."""
+    per_word = np.full(len(page.words), -1, dtype=np.int64)
+    by_area = sorted(page.regions, key=lambda r: -float(np.prod(np.asarray(r.box[2:]) - np.asarray(r.box[:2]))))
+    for region in by_area:                     # largest first: a smaller region holding a word wins
+        if region.label in REGION_CLASSES:
+            per_word[[k for k in region.word_ids if 0 <= k < len(per_word)]] = REGION_CLASSES.index(region.label)
+    out = np.full(len(units), CLASS_NAMES.index(NOT_A_REGION), dtype=np.int64)
+    for i, unit in enumerate(units):
+        labelled = per_word[unit][per_word[unit] >= 0]
+        if len(labelled) and 2 * len(labelled) >= len(unit):
+            out[i] = np.bincount(labelled).argmax()
+    return out
+
+
+def corpus_units(corpus: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features [U, F], labels [U]) of every text unit on a corpus split ("all": every page)."""
+    pages = CorpusDocuments(root=corpus, split=None if split == "all" else split)
+    features, labels = [], []
+    for i in range(len(pages)):
+        page = pages[i]
+        if page is None or not len(page.words):
+            continue
+        boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
+        units = text_units(page_blocks(page.image, boxes, page.words), boxes, page.words)
+        features.append(unit_features(page.image, boxes, page.words, units))
+        labels.append(unit_labels(page, units))
+    if not features:
+        raise SystemExit(f"{corpus} ({split}): no pages with words; build the corpus first (make corpus)")
+    return np.concatenate(features), np.concatenate(labels)
+
+
+def main() -> None:
+    from sklearn.ensemble import HistGradientBoostingClassifier   # deferred: the training extra only
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", required=True, help="a corpus folder (dociq.corpus); its train split is fitted")
+    parser.add_argument("--out", type=Path, required=True, help="the .npz to write")
+    parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
+                        help="print the unit accuracy on this corpus split too (repeatable)")
+    args = parser.parse_args()
+    start = time.time()
+    x, y = corpus_units(args.corpus, "train")
+    print(f"{len(y)} training units in {time.time() - start:.0f} s; "
+          + ", ".join(f"{CLASS_NAMES[c]} {n}" for c, n in zip(*np.unique(y, return_counts=True))))
+    model = HistGradientBoostingClassifier(max_iter=ITERATIONS, max_leaf_nodes=LEAVES, l2_regularization=L2,
+                                           early_stopping=False, random_state=0).fit(x, y)
+    classifier = UnitClassifier.from_sklearn(model, CLASS_NAMES)
+    raw = classifier.raw_scores(x)
+    ours = np.exp(raw - raw.max(1, keepdims=True))
+    gap = np.abs(ours / ours.sum(1, keepdims=True) - model.predict_proba(x)).max()
+    if gap > 1e-9:
+        raise SystemExit(f"the stored trees' probabilities differ from scikit-learn's by {gap:.2e}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    classifier.save(args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB; {len(classifier.roots)} trees, "
+          f"{len(classifier.value)} nodes); train accuracy {(model.predict(x) == y).mean():.3f}")
+    for spec in args.eval:
+        corpus, _, split = spec.rpartition(":")
+        xe, ye = corpus_units(corpus, split)
+        labelled = ye != CLASS_NAMES.index(NOT_A_REGION)
+        guess = np.asarray(model.classes_)[classifier.raw_scores(xe).argmax(1)]
+        print(f"{spec}: {len(ye)} units, accuracy {(guess == ye).mean():.3f}, "
+              f"on units in a region {(guess[labelled] == ye[labelled]).mean():.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The unit classifier (dociq.inference.unit_classifier): scikit-learn's boosted trees run as numpy
+arrays, the features they read (dociq.inference.unit_features), and the classifier the package ships."""
+import numpy as np
+import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from dociq.data.schema import REGION_CLASSES
+from dociq.inference.class_answers import text_units
+from dociq.data.text_blocks import page_blocks
+from dociq.inference.unit_classifier import NOT_A_REGION, UnitClassifier, default_unit_classifier
+from dociq.inference.unit_features import FEATURE_NAMES, unit_features
+
+CLASSES = ("title", "paragraph", "page_number", NOT_A_REGION)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 5))
+    x[rng.random(x.shape) < 0.05] = np.nan                    # missing values take their learned side
+    y = (x[:, 0] > 0).astype(int) + 2 * (np.nan_to_num(x[:, 1]) > 0.5)
+    model = HistGradientBoostingClassifier(max_iter=30, max_leaf_nodes=7, early_stopping=False,
+                                           random_state=0).fit(x, y)
+    names = [f"f{i}" for i in range(5)]
+    return model, UnitClassifier.from_sklearn(model, CLASSES, features=names), x
+
+
+def softmax(raw):
+    e = np.exp(raw - raw.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_the_stored_trees_give_scikit_learns_probabilities(fitted):
+    model, classifier, x = fitted
+    test = np.random.default_rng(1).normal(size=(200, 5))
+    test[::7, 2] = np.nan
+    for data in (x, test):
+        np.testing.assert_allclose(softmax(classifier.raw_scores(data)), model.predict_proba(data), rtol=0, atol=1e-12)
+    probs = classifier.probabilities(test)
+    assert probs.shape == (200, len(REGION_CLASSES))
+    k = [REGION_CLASSES.index(c) for c in CLASSES[:3]]
+    np.testing.assert_allclose(probs[:, k], model.predict_proba(test)[:, :3], atol=1e-12)   # "none" left out
+    assert np.all(np.delete(probs, k, axis=1) == 0)
+
+
+def test_a_saved_classifier_loads_with_the_same_answers_and_bad_files_say_what_to_do(fitted, tmp_path):
+    _, classifier, x = fitted
+    classifier.save(tmp_path / "units.npz")
+    loaded = UnitClassifier.load(tmp_path / "units.npz")
+    assert loaded.classes == CLASSES
+    np.testing.assert_array_equal(loaded.raw_scores(x), classifier.raw_scores(x))
+    with pytest.raises(FileNotFoundError, match="fit_unit_classifier.py"):
+        UnitClassifier.load(tmp_path / "absent.npz")
+    np.savez(tmp_path / "other.npz", weights=np.zeros(3))
+    with pytest.raises(ValueError, match="not a unit classifier file"):
+        UnitClassifier.load(tmp_path / "other.npz")
+    with pytest.raises(ValueError, match=r"\[units, 5\]"):
+        classifier.raw_scores(np.zeros((2, 4)))
+
+
+def draw_page(scale: int = 1):
+    """A page with a large title, two paragraphs and a page number centred at the bottom."""
+    h, w = 800 * scale, 600 * scale
+    image = np.full((h, w, 3), 255, np.uint8)
+    words, boxes = [], []
+
+    def line(texts, x, y, height, char=7):
+        for text in texts:
+            width = char * len(text) * height / 12
+            boxes.append([x, y, x + width, y + height])
+            words.append(text)
+            x += width + 0.4 * height
+
+    line(["A", "Study", "of", "Pages"], 60, 60, 28)
+    for y in range(140, 140 + 6 * 16, 16):
+        line(["Body", "text", "runs", "on", "here", "across", "the", "whole", "column", "of", "text."], 60, y, 12)
+    for y in range(280, 280 + 4 * 16, 16):
+        line(["Another", "paragraph", "follows", "it", "with", "more", "words", "in", "it."], 60, y, 12)
+    line(["17"], 295, 760, 12)
+    boxes = np.array(boxes, float) * scale
+    for x0, y0, x1, y1 in boxes.astype(int):
+        image[y0 + (y1 - y0) // 4:y1 - (y1 - y0) // 4, x0:x1] = 20      # ink where the words are
+    return image, words, boxes
+
+
+def test_unit_features_are_ratios_of_the_page():
+    image, words, boxes = draw_page()
+    units = text_units(page_blocks(image, boxes, words), boxes, words)
+    assert len(units) == 4
+    features = unit_features(image, boxes, words, units)
+    assert features.shape == (4, len(FEATURE_NAMES)) and features.dtype == np.float32
+    big_image, _, big_boxes = draw_page(scale=2)
+    big = unit_features(big_image, big_boxes, words, units)
+    np.testing.assert_allclose(big, features, rtol=1e-3, atol=0.02)     # the same page at twice the resolution
+    named = dict(zip(FEATURE_NAMES, features[-1]))
+    assert named["all_numbers"] == 1 and named["bottommost"] == 1 and named["words"] == 1
+    assert unit_features(image, boxes, words, []).shape == (0, len(FEATURE_NAMES))
+
+
+def test_the_packaged_classifier_names_a_title_paragraphs_and_a_page_number():
+    image, words, boxes = draw_page()
+    units = text_units(page_blocks(image, boxes, words), boxes, words)
+    probs = default_unit_classifier().unit_probabilities(image, boxes, words, units)
+    assert probs.shape == (4, len(REGION_CLASSES))
+    named = [REGION_CLASSES[k] for k in probs.argmax(1)]
+    assert named[1:] == ["paragraph", "paragraph", "page_number"], named
+    assert probs[0, REGION_CLASSES.index("title")] == probs[:, REGION_CLASSES.index("title")].max()
