@@ -588,3 +588,40 @@ def test_regions_take_the_mean_class_of_their_words_and_wordless_ones_the_answer
     with pytest.raises(ValueError, match="no word-class head"):
         PageSegmenter(ScriptedPredictor((96, 128), objects), seeds=("class_boxes",), class_source="words").segment(
             np.zeros((96, 128, 3), np.uint8), words=["x"], word_boxes=words)
+
+
+def test_regions_are_named_by_the_unit_classifier_when_the_predictor_has_one():
+    from dociq.data.schema import REGION_CLASSES
+    from dociq.inference.automatic import classes_from_units
+
+    class FirstWordNames:
+        """Calls a unit "code" when its first word is "def", else "paragraph"; records the units."""
+        def __init__(self):
+            self.units = []
+
+        def unit_probabilities(self, image, word_boxes, words, units):
+            self.units.extend(units)
+            out = np.zeros((len(units), len(REGION_CLASSES)))
+            for i, unit in enumerate(units):
+                out[i, REGION_CLASSES.index("code" if words[unit[0]] == "def" else "paragraph")] = 0.8
+            return out
+
+    size = (100, 120)
+    regions = [_rect_mask(size, 0, 0, 60, 40), _rect_mask(size, 60, 0, 120, 40), _rect_mask(size, 0, 60, 120, 100)]
+    word_boxes = np.array([[5, 5, 25, 15], [30, 5, 50, 15], [70, 5, 90, 15]], np.float32)
+    classifier = FirstWordNames()
+    got = classes_from_units(regions, np.zeros((*size, 3), np.uint8), word_boxes, ["def", "f", "Text"], classifier)
+    assert got == [("code", pytest.approx(0.8)), ("paragraph", pytest.approx(0.8)), None]   # no words: None
+    assert classifier.units == [[0, 1], [2]]                    # a region's words are one unit
+
+    class UnitPredictor(ScriptedPredictor):
+        unit_classifier = FirstWordNames()
+
+    words = np.array(_text_line(10, 10, 118, height=8) + _text_line(10, 62, 118, height=8), np.float32)
+    texts = ["def"] + ["w"] * (len(words) - 1)
+    regions = PageSegmenter(UnitPredictor((96, 128), []), seeds=("ocr_blocks",)).segment(
+        np.zeros((96, 128, 3), np.uint8), words=texts, word_boxes=words)
+    assert sorted(r.category for r in regions) == ["code", "paragraph"]   # "auto": the unit classifier
+    with pytest.raises(ValueError, match="no unit_classifier"):
+        PageSegmenter(ScriptedPredictor((96, 128), []), seeds=("ocr_blocks",), class_source="units").segment(
+            np.zeros((96, 128, 3), np.uint8), words=texts, word_boxes=words)

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the word grounding's relevant words (<set>_words)")
     p.add_argument("--no-class-answers", action="store_true",
                    help="answer layout questions that name a text class with the decoder's mask instead of the "
-                        "word-class head's text units (Predictor.class_answers = False)")
+                        "text units the unit classifier names (Predictor.class_answers = False)")
     p.add_argument("--eval-size", type=int, default=None, metavar="PX",
                    help="score masks in a PX-pixel frame (the page letterboxed as the model's input is) "
                         "instead of the model's input size: e.g. 1024, the corpus pages' own resolution "

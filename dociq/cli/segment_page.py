@@ -65,9 +65,9 @@ def add_region_options(group, snap_flag: str) -> None:
     """How PageSegmenter finds text regions and names them (shared with `dociq eval --data coco`)."""
     group.add_argument("--block-masks", default="words", choices=["words", "model"],
                        help="ocr_blocks seeds: the block's words' box is the region (words) or a box prompt (model)")
-    group.add_argument("--class-source", default="auto", choices=["auto", "answers", "words"],
-                       help="name regions by the class questions' answers or by the word-class head "
-                            "(auto: words when the model has the head)")
+    group.add_argument("--class-source", default="auto", choices=["auto", "answers", "units", "words"],
+                       help="name regions by the class questions' answers, by the unit classifier or by the "
+                            "word-class head (auto: units)")
     group.add_argument("--class-match", default="iou", choices=["iou", "coverage"],
                        help="name a region by its IoU with a part of a class answer, or by its share inside it")
     group.add_argument(snap_flag, dest="snap_regions", action="store_true",

@@ -230,23 +230,46 @@ def assign_categories(region_masks: Sequence[np.ndarray], class_masks: Mapping[s
     return [(name if iou >= min_iou else UNCLASSIFIED, float(iou)) for name, iou in zip(best_name, best)]
 
 
+def region_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarray) -> list[np.ndarray]:
+    """Per region bool [H, W], the indices of the words whose box centre lies in it."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    cx, cy = ((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), ((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64)
+    out = []
+    for mask in region_masks:
+        h, w = mask.shape
+        out.append(np.flatnonzero(mask[cy.clip(0, h - 1), cx.clip(0, w - 1)]))
+    return out
+
+
+def classes_from_units(region_masks: Sequence[np.ndarray], image: np.ndarray, word_boxes: np.ndarray,
+                       words: Sequence[str], classifier) -> list[tuple[str, float] | None]:
+    """Per region, (class, probability) by the unit classifier (`UnitClassifier.unit_probabilities`)
+    with the region's words (`region_words`) as one text unit; None for a region without words."""
+    inside = region_words(region_masks, word_boxes)
+    named = [i for i, ids in enumerate(inside) if len(ids)]
+    out: list[tuple[str, float] | None] = [None] * len(inside)
+    if named:
+        probs = classifier.unit_probabilities(image, word_boxes, words, [inside[i].tolist() for i in named])
+        for i, p in zip(named, probs):
+            k = int(p.argmax())
+            out[i] = (REGION_CLASSES[k], float(p[k]))
+    return out
+
+
 def classes_from_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarray, word_probs: np.ndarray,
                        class_names: Sequence[str]) -> list[tuple[str, float] | None]:
     """Per region, (class, probability) by the word-class head: the mean class probabilities of
     the words whose box centre lies in the region, argmax; None for a region without such words
     (a figure, a stamp). word_probs float [N, C] (rows of zeros: words the model did not read)."""
-    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     probs = np.asarray(word_probs, dtype=np.float64)
     read = probs.sum(1) > 0
-    cx, cy = ((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), ((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64)
     out: list[tuple[str, float] | None] = []
-    for mask in region_masks:
-        h, w = mask.shape
-        inside = mask[cy.clip(0, h - 1), cx.clip(0, w - 1)] & read
-        if not inside.any():
+    for ids in region_words(region_masks, word_boxes):
+        ids = ids[read[ids]]
+        if not len(ids):
             out.append(None)
             continue
-        mean = probs[inside].mean(0)
+        mean = probs[ids].mean(0)
         k = int(mean.argmax())
         out.append((class_names[k], float(mean[k])))
     return out
@@ -301,14 +324,17 @@ class PageSegmenter:
                       see `assign_categories`.
     snap:             snap each region's text parts to the box around its OCR words
                       (dociq.models.word_snap), as layout labels are drawn.
-    block_masks:      "words": an OCR block's region is the box around its words, named by the
-                      word-class head and scored by that class's probability, and the other seeds
+    block_masks:      "words": an OCR block's region is the box around its words, named from its
+                      words (`class_source`) and scored by that class's probability, and the other seeds
                       only add regions mostly outside the blocks (figures, stamps); "model": the block's box is
                       a box prompt and the decoder draws the mask, as for class boxes.
-    class_source:     "answers" (the class questions' answers, `class_match`), "words" (the
-                      word-class head: the mean class of the region's words, `classes_from_words`;
-                      regions without words fall back to the answers), or "auto": "words" when
-                      the model has a word-class head and `categories` is the default.
+    class_source:     "answers" (the class questions' answers, `class_match`), "units" (the
+                      predictor's unit classifier names the region's words as one text unit,
+                      `classes_from_units`), "words" (the word-class head: the mean class of the
+                      region's words, `classes_from_words`) — regions without words fall back to
+                      the answers —, or "auto": "units" when `categories` is the default and the
+                      predictor has a unit classifier (the Predictor's default), else "words" when
+                      the model has a word-class head, else "answers".
     """
 
     def __init__(self, predictor, points_per_side: int | None = 16, seeds: Sequence[str] = DEFAULT_SEEDS,
@@ -328,8 +354,8 @@ class PageSegmenter:
             raise ValueError(f"multimask={multimask!r}: use 'all' (SAM) or 'best'")
         if block_masks not in ("words", "model"):
             raise ValueError(f"block_masks={block_masks!r}: use 'words' or 'model'")
-        if class_source not in ("auto", "answers", "words"):
-            raise ValueError(f"class_source={class_source!r}: use 'auto', 'answers' or 'words'")
+        if class_source not in ("auto", "answers", "units", "words"):
+            raise ValueError(f"class_source={class_source!r}: use 'auto', 'answers', 'units' or 'words'")
         if class_match not in ("iou", "coverage"):
             raise ValueError(f"class_match={class_match!r}: use 'iou' or 'coverage'")
         if points_per_batch < 1:
@@ -522,11 +548,23 @@ class PageSegmenter:
                              "use class_source='answers'")
         return probs
 
+    def _named_by_words(self, masks: list[np.ndarray]) -> list[tuple[str, float] | None]:
+        """Per region, (class, probability) from its words (`class_source` "units" or "words"), or
+        None where its words do not name it."""
+        page = self.predictor.page
+        classifier = getattr(self.predictor, "unit_classifier", None)
+        if self.class_source == "units" or (self.class_source == "auto" and classifier is not None):
+            if classifier is None:
+                raise ValueError("class_source='units' but the predictor has no unit_classifier: give it one "
+                                 "(dociq.inference.unit_classifier) or use class_source='answers'")
+            return classes_from_units(masks, page.image, page.word_boxes, page.words, classifier)
+        probs = self.word_probabilities()
+        return classes_from_words(masks, page.word_boxes, probs, REGION_CLASSES) \
+            if probs is not None else [None] * len(masks)
+
     def _name_regions(self, regions: list[SegmentedRegion], class_masks: dict[str, np.ndarray]) -> None:
         masks = [r.mask for r in regions]
-        probs = self.word_probabilities()
-        names = classes_from_words(masks, self.predictor.page.word_boxes, probs, REGION_CLASSES) \
-            if probs is not None else [None] * len(masks)
+        names = self._named_by_words(masks)
         rest = [i for i, name in enumerate(names) if name is None]     # no words, or not named by words
         by_answers = assign_categories([masks[i] for i in rest], class_masks, self.min_class_iou,
                                        self.min_region_area, measure=self.class_match)
