@@ -313,7 +313,7 @@ class Predictor:
             low_res, scores = answer.masks[:, 1:], answer.iou[:, 1:]     # SAM: the 3 multimask tokens
         else:                                        # one mask: the best candidate (multimask for a lone click)
             low_res, scores = answer.chosen, answer.chosen_iou
-        return page_masks(self._to_page(low_res).cpu().numpy(), scores.cpu().numpy(), low_res.cpu().numpy(), prompts,
+        return page_masks(_float_numpy(self._to_page(low_res)), _float_numpy(scores), _float_numpy(low_res), prompts,
                           page, multimask_output=multimask_output, return_logits=return_logits, threshold=threshold,
                           snap=self.snap, best_guess_margin=self.best_guess_margin, use_ocr=self.use_ocr,
                           unit_classifier=self.unit_classifier if self.class_answers else None)
@@ -327,6 +327,11 @@ class Predictor:
                           mode="bilinear", align_corners=False)
         x = F.interpolate(x[..., :nh, :nw], size=(h, w), mode="bilinear", align_corners=False)
         return x.reshape(q, c, h, w)
+
+
+def _float_numpy(x: torch.Tensor) -> np.ndarray:
+    """float32 numpy of a tensor in any dtype and device (numpy has no bfloat16)."""
+    return x.float().cpu().numpy()
 
 
 @dataclass

@@ -77,10 +77,9 @@ def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prom
 
     logits float [Q, C, H, W] at the page's size: the 3 multimask candidates (`multimask_output`
     or a lone click's innermost choice), else the 1 chosen; `scores` and `low_res` are passed
-    through as the backend shaped them (predicted IoUs [Q, 3] / [Q], decoder logits
-    [Q, C, h, w]). Thresholds them (or keeps the
-    logits with `return_logits`), gives an empty mask its best guess, snaps to words or blocks
-    (`page` has `.words`, `.word_boxes`, `.image`, `.text_blocks`, `.ink`) and picks a lone click's
+    through as the backend shaped them (predicted IoUs [Q, 3] / [Q], decoder logits [Q, C, h, w]).
+    Thresholds the logits (or keeps them with `return_logits`), gives an empty mask its best guess,
+    snaps to words or blocks (`snap_masks` on the backend's set `page`) and picks a lone click's
     innermost candidate. `unit_classifier` names the page's text units for class answers (None: no
     class answers). Returns (masks, scores, low_res), the masks' C dropped unless
     `multimask_output`."""
@@ -145,8 +144,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
 def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray,
                     unit_classifier: UnitClassifier, snap: Callable) -> np.ndarray:
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
-    units `unit_classifier` names, those that name figures by the page's pictures (`figure_answers`), and the
-    others snapped as `snap` (snap_masks without them) does."""
+    units `unit_classifier` names, those that name figures by the page's pictures
+    (`figure_answers`), and the others snapped as `snap` (snap_masks without them) does."""
     named = [named_class(q) for q in prompts.questions]
     figures = [figure_question(q) for q in prompts.questions]                  # None, or names one figure
     if not any(named) and all(one is None for one in figures):
