@@ -1,12 +1,14 @@
 """Fit the unit classifier (`dociq.inference.unit_classifier`) on a corpus's labelled training pages.
 
-    python scripts/fit_unit_classifier.py --corpus data/corpus --out dociq/inference/assets/unit_classes.npz \
-        --eval data/corpus:val --eval data/corpus_unseen:all
+    python scripts/fit_unit_classifier.py --corpus data/corpus --synthetic 2000 \
+        --out dociq/inference/assets/unit_classes.npz --eval data/corpus:val --eval data/corpus_unseen:all
 
 Every text unit of a page (`class_answers.text_units` of `text_blocks.page_blocks`: the units the
 Predictor answers with) is labelled with the class most of its words have (a word's class is that
 of the smallest labelled region holding it), or `none` when fewer than half of its words are in
-a region; `unit_features` describes it. scikit-learn's HistGradientBoostingClassifier is fitted on
+a region; `unit_features` describes it. `--synthetic N` adds the units of N synthetic pages, drawn as
+`data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks.
+scikit-learn's HistGradientBoostingClassifier is fitted on
 them (100 iterations of trees with 15 leaves; no early stopping, so a fit repeats exactly), the
 trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
 probabilities on the training units. `--eval CORPUS:SPLIT` prints the unit accuracy there.
@@ -24,7 +26,7 @@ from dociq.data.schema import REGION_CLASSES, Page
 from dociq.data.text_blocks import page_blocks
 from dociq.inference.class_answers import text_units
 from dociq.inference.unit_classifier import NOT_A_REGION, UnitClassifier
-from dociq.inference.unit_features import unit_features
+from dociq.inference.unit_features import FEATURE_NAMES, unit_features
 
 CLASS_NAMES = REGION_CLASSES + (NOT_A_REGION,)
 ITERATIONS, LEAVES, L2 = 100, 15, 1.0
@@ -45,10 +47,9 @@ def unit_labels(page: Page, units: list[list[int]]) -> np.ndarray:
     return out
 
 
-def corpus_units(corpus: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """(features [U, F], labels [U]) of every text unit on a corpus split ("all": every page)."""
-    pages = CorpusDocuments(root=corpus, split=None if split == "all" else split)
-    features, labels = [], []
+def page_units(pages) -> tuple[np.ndarray, np.ndarray]:
+    """(features [U, F], labels [U]) of every text unit of the pages (a data set of `Page`s)."""
+    features, labels = [np.zeros((0, len(FEATURE_NAMES)), np.float32)], [np.zeros(0, np.int64)]
     for i in range(len(pages)):
         page = pages[i]
         if page is None or not len(page.words):
@@ -57,9 +58,15 @@ def corpus_units(corpus: str, split: str) -> tuple[np.ndarray, np.ndarray]:
         units = text_units(page_blocks(page.image, boxes, page.words), boxes, page.words)
         features.append(unit_features(page.image, boxes, page.words, units))
         labels.append(unit_labels(page, units))
-    if not features:
-        raise SystemExit(f"{corpus} ({split}): no pages with words; build the corpus first (make corpus)")
     return np.concatenate(features), np.concatenate(labels)
+
+
+def corpus_units(corpus: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """`page_units` of a corpus split ("all": every page)."""
+    x, y = page_units(CorpusDocuments(root=corpus, split=None if split == "all" else split))
+    if not len(y):
+        raise SystemExit(f"{corpus} ({split}): no pages with words; build the corpus first (make corpus)")
+    return x, y
 
 
 def main() -> None:
@@ -68,11 +75,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", required=True, help="a corpus folder (dociq.corpus); its train split is fitted")
     parser.add_argument("--out", type=Path, required=True, help="the .npz to write")
+    parser.add_argument("--synthetic", type=int, default=0, metavar="N",
+                        help="also fit on N synthetic pages (drawn as data=corpus_mixed draws them): their forms "
+                             "teach form labels and values, which the corpus has none of")
     parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
                         help="print the unit accuracy on this corpus split too (repeatable)")
     args = parser.parse_args()
     start = time.time()
     x, y = corpus_units(args.corpus, "train")
+    if args.synthetic:
+        from dociq.data.synthetic.generator import SyntheticDocuments   # deferred: only with --synthetic
+        xs, ys = page_units(SyntheticDocuments(args.synthetic, image_size=256, seed=0, degrade=0.3))
+        x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
     print(f"{len(y)} training units in {time.time() - start:.0f} s; "
           + ", ".join(f"{CLASS_NAMES[c]} {n}" for c, n in zip(*np.unique(y, return_counts=True))))
     model = HistGradientBoostingClassifier(max_iter=ITERATIONS, max_leaf_nodes=LEAVES, l2_regularization=L2,

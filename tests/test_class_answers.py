@@ -67,6 +67,8 @@ class UnitsByFirstWord:
     """A unit classifier that calls a unit opening with "Report" the title, one that is "7" the
     page number and the rest paragraphs; it counts its calls."""
 
+    classes = REGION_CLASSES
+
     def __init__(self):
         self.calls = 0
 
@@ -125,3 +127,14 @@ def test_other_prompts_and_the_switch_keep_the_decoders_mask(predictor):
     reading, _ = predictor.predict(question="which paragraph mentions “Other”?")
     predictor.class_answers = True
     np.testing.assert_array_equal(reading, predictor.predict(question="which paragraph mentions “Other”?")[0])
+
+
+def test_a_class_the_classifier_never_saw_keeps_the_decoders_mask(predictor):
+    predictor, classifier = predictor
+    named, _ = predictor.predict(question="the page number")
+    classifier.classes = tuple(c for c in REGION_CLASSES if c != "page_number")   # e.g. form labels
+    unseen, _ = predictor.predict(question="the page number")
+    predictor.class_answers = False
+    decoder, _ = predictor.predict(question="the page number")
+    np.testing.assert_array_equal(unseen, decoder)
+    assert not np.array_equal(named, decoder)

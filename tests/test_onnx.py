@@ -254,6 +254,8 @@ def test_class_questions_take_the_named_units_on_both_backends(pair, monkeypatch
     np.testing.assert_array_equal(packaged[0], packaged[1])
 
     class MiddleWordIsTheNumber:
+        classes = REGION_CLASSES
+
         def unit_probabilities(self, image, word_boxes, words_, units):
             probs = np.full((len(units), len(REGION_CLASSES)), 0.01)
             probs[:, REGION_CLASSES.index("paragraph")] = 0.5

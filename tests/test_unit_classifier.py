@@ -105,3 +105,29 @@ def test_the_packaged_classifier_names_a_title_paragraphs_and_a_page_number():
     named = [REGION_CLASSES[k] for k in probs.argmax(1)]
     assert named[1:] == ["paragraph", "paragraph", "page_number"], named
     assert probs[0, REGION_CLASSES.index("title")] == probs[:, REGION_CLASSES.index("title")].max()
+
+
+def test_the_fit_script_labels_each_unit_with_its_words_class():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from fit_unit_classifier import CLASS_NAMES, page_units, unit_labels
+    from dociq.data.synthetic.generator import generate_page
+
+    page = generate_page(0, seed=3, image_size=256)
+    boxes = np.asarray(page.word_boxes, np.float64)
+    units = text_units(page_blocks(page.image, boxes, page.words), boxes, page.words)
+    labels = unit_labels(page, units)
+    region_of = {}
+    for region in sorted(page.regions, key=lambda r: -float(np.prod(r.box[2:] - r.box[:2]))):
+        for k in region.word_ids:
+            region_of[k] = region.label
+    for unit, label in zip(units, labels):
+        named = [region_of[k] for k in unit if k in region_of]
+        if 2 * len(named) >= len(unit):
+            most = min(set(named), key=lambda c: (-named.count(c), CLASS_NAMES.index(c)))   # ties: the first class
+            assert CLASS_NAMES[label] == most
+        else:
+            assert CLASS_NAMES[label] == NOT_A_REGION
+    x, y = page_units([page, None])                          # a page that failed to load is skipped
+    assert x.shape == (len(units), len(FEATURE_NAMES)) and np.array_equal(y, labels)

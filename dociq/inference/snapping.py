@@ -146,7 +146,9 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
     units `unit_classifier` names, those that name figures by the page's pictures
     (`figure_answers`), and the others snapped as `snap` (snap_masks without them) does."""
-    named = [named_class(q) for q in prompts.questions]
+    # a class the classifier never saw (form labels on a corpus of manuals) keeps the decoder's mask
+    named = [name if name is not None and name[0] in unit_classifier.classes else None
+             for name in map(named_class, prompts.questions)]
     figures = [figure_question(q) for q in prompts.questions]                  # None, or names one figure
     if not any(named) and all(one is None for one in figures):
         return snap(masks, prompts)

@@ -10,6 +10,7 @@ class from what it looks like").
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -78,9 +79,14 @@ class UnitClassifier:
     # ---- files ----------------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
+        """Writes the arrays to `path` (.npz) through a temporary file beside it, so that a crash
+        leaves the previous file whole."""
+        path = Path(path)
         arrays = {k: getattr(self, k) for k in ("baseline", "roots", "tree_class", "feature", "threshold",
                                                  "missing_left", "left", "right", "is_leaf", "value")}
-        np.savez_compressed(path, classes=np.array(self.classes), features=np.array(self.features), **arrays)
+        partial = path.with_name(f".{path.name}.partial.npz")
+        np.savez_compressed(partial, classes=np.array(self.classes), features=np.array(self.features), **arrays)
+        os.replace(partial, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "UnitClassifier":
