@@ -9,7 +9,7 @@ of the smallest labelled region holding it), or `none` when fewer than half of i
 a region; `unit_features` describes it. `--synthetic N` adds the units of N synthetic pages, drawn as
 `data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks.
 scikit-learn's HistGradientBoostingClassifier is fitted on
-them (100 iterations of trees with 15 leaves; no early stopping, so a fit repeats exactly), the
+them (100 iterations of trees with 15 leaves, no early stopping), the
 trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
 probabilities on the training units. `--eval CORPUS:SPLIT` prints the unit accuracy there.
 """
