@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.special import softmax
 
+from dociq.data.collate import page_word_classes
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.schema import REGION_CLASSES, Page
 from dociq.data.text_blocks import page_blocks
@@ -34,11 +36,7 @@ ITERATIONS, LEAVES, L2 = 100, 15, 1.0
 
 def unit_labels(page: Page, units: list[list[int]]) -> np.ndarray:
     """int [U]: CLASS_NAMES index of each unit's class (the class most of its words have)."""
-    per_word = np.full(len(page.words), -1, dtype=np.int64)
-    by_area = sorted(page.regions, key=lambda r: -float(np.prod(np.asarray(r.box[2:]) - np.asarray(r.box[:2]))))
-    for region in by_area:                     # largest first: a smaller region holding a word wins
-        if region.label in REGION_CLASSES:
-            per_word[[k for k in region.word_ids if 0 <= k < len(per_word)]] = REGION_CLASSES.index(region.label)
+    per_word = page_word_classes(page)
     out = np.full(len(units), CLASS_NAMES.index(NOT_A_REGION), dtype=np.int64)
     for i, unit in enumerate(units):
         labelled = per_word[unit][per_word[unit] >= 0]
@@ -92,9 +90,7 @@ def main() -> None:
     model = HistGradientBoostingClassifier(max_iter=ITERATIONS, max_leaf_nodes=LEAVES, l2_regularization=L2,
                                            early_stopping=False, random_state=0).fit(x, y)
     classifier = UnitClassifier.from_sklearn(model, CLASS_NAMES)
-    raw = classifier.raw_scores(x)
-    ours = np.exp(raw - raw.max(1, keepdims=True))
-    gap = np.abs(ours / ours.sum(1, keepdims=True) - model.predict_proba(x)).max()
+    gap = np.abs(softmax(classifier.raw_scores(x), axis=1) - model.predict_proba(x)).max()
     if gap > 1e-9:
         raise SystemExit(f"the stored trees' probabilities differ from scikit-learn's by {gap:.2e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

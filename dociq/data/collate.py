@@ -309,19 +309,26 @@ def block_index(pages: Sequence[Page], word_index: torch.Tensor) -> torch.Tensor
     return out
 
 
+def page_word_classes(page: Page) -> np.ndarray:
+    """long [N]: per page word, the `REGION_CLASSES` index of the smallest region holding it (a
+    table cell's words are cells, not table), -1 for words in no region or regions of other classes."""
+    per_word = np.full(len(page.words), -1, dtype=np.int64)
+    regions = sorted(page.regions, key=lambda r: -float(np.prod(np.asarray(r.box[2:]) - np.asarray(r.box[:2]))))
+    for region in regions:                     # largest first: smaller regions overwrite
+        label = REGION_INDEX.get(region.label)
+        ids = [k for k in region.word_ids if 0 <= k < len(per_word)]
+        if label is not None and ids:
+            per_word[ids] = label
+    return per_word
+
+
 def word_classes(pages: Sequence[Page], word_index: torch.Tensor) -> torch.Tensor:
     """long [B, T]: per OCR token, the `REGION_CLASSES` index of the smallest region holding its
     word (a table cell's words are cells, not table), -1 for special and pad tokens, words in no
     region and regions of other classes."""
     out = torch.full_like(word_index, -1)
     for i, page in enumerate(pages):
-        per_word = np.full(len(page.words), -1, dtype=np.int64)
-        regions = sorted(page.regions, key=lambda r: -float(np.prod(np.asarray(r.box[2:]) - np.asarray(r.box[:2]))))
-        for region in regions:                     # largest first: smaller regions overwrite
-            label = REGION_INDEX.get(region.label)
-            ids = [k for k in region.word_ids if 0 <= k < len(per_word)]
-            if label is not None and ids:
-                per_word[ids] = label
+        per_word = page_word_classes(page)
         if len(per_word):
             tokens = word_index[i]
             out[i] = torch.where(tokens >= 0, torch.from_numpy(per_word)[tokens.clamp(min=0)], out[i])

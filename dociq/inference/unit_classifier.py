@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from scipy.special import softmax
 
 from dociq.data.schema import REGION_CLASSES
 from dociq.inference.unit_features import FEATURE_NAMES, unit_features
@@ -62,9 +63,7 @@ class UnitClassifier:
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         """float64 [U, len(REGION_CLASSES)]: each unit's probability of every region class (a class
         the trees never saw gets 0; the rest, NOT_A_REGION, is left out)."""
-        raw = self.raw_scores(features)
-        raw = np.exp(raw - raw.max(1, keepdims=True))
-        raw /= raw.sum(1, keepdims=True)
+        raw = softmax(self.raw_scores(features), axis=1)
         out = np.zeros((len(raw), len(REGION_CLASSES)))
         for k, name in enumerate(self.classes):
             if name in REGION_CLASSES:
