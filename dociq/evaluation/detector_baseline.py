@@ -24,9 +24,10 @@ phrasings), first match wins:
   detections, "the header row of the table" the top line of each table detection's words; stamps
   and signatures are drawn, not written: empty. Code listings -> CDLA's `equation` (its only
   non-prose text class).
-- link ("which value belongs to the field ‘K’?"): the label K's words; the value is the words right
-  of the label on its line, up to the next wide gap; if none, the nearest line below that overlaps
-  the label's column. Mask: the value words' box.
+- link ("which value belongs to the field ‘K’?"): the label K's words (OCR misreads one edit away
+  allowed); the value is the words right of the label on its line, up to the next wide gap; if
+  none, the nearest line below that overlaps the label's column (dociq.inference.form_links, the
+  rule the Predictor falls back on). Mask: the value words' box.
 - cell ("what is the <column> of <row>?"): the row key's words give a line band, the column header
   (the occurrence nearest above the row key) an x-band; the answer is the words in both bands.
 - reading (anything else that names page words): the named words are the quoted text (“…”, ‘…’,
@@ -52,6 +53,7 @@ from dociq.data.lexical import normalise, question_content_words
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import group_lines
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
+from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs
 
 # dociq class -> the CDLA classes whose detections answer it (CDLA has no form, cell, stamp,
 # signature or code class: those are text rules or empty, see the module docstring).
@@ -68,7 +70,6 @@ TEXT_LIKE = ("text", "title", "reference", "figure_caption", "table_caption", "h
 PHRASE_TO_CLASS = {p.casefold(): label for label, (one, many) in LAYOUT_PHRASES.items() for p in one + many}
 HEADER_ROW = "the header row of the table"
 BOX_IOU = 0.5                    # a box prompt takes a detection from this IoU on
-GAP_FACTOR = 1.5                 # a gap wider than this x the word height ends a value (text_blocks' rule)
 EDGE_BAND = 0.1                  # top / bottom fraction of the page where a page number may sit
 
 _QUOTED = re.compile(r"\u201c([^\u201d]+)\u201d|\u2018([^\u2019]+)\u2019|\"([^\"]+)\"")
@@ -160,53 +161,10 @@ def area(boxes: np.ndarray) -> np.ndarray:
     return np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
 
 
-def union_box(boxes: np.ndarray) -> np.ndarray:
-    return np.concatenate([boxes[:, :2].min(0), boxes[:, 2:].max(0)])[None]
-
-
 def holds(boxes: np.ndarray, xy: np.ndarray) -> np.ndarray:
     """bool [N, M]: box n holds point m."""
     return ((boxes[:, None, 0] <= xy[None, :, 0]) & (xy[None, :, 0] <= boxes[:, None, 2])
             & (boxes[:, None, 1] <= xy[None, :, 1]) & (xy[None, :, 1] <= boxes[:, None, 3]))
-
-
-# ---- the page's words ----------------------------------------------------------------------------
-
-class PageWords:
-    """OCR words with their normalised, case-folded forms and box geometry."""
-
-    def __init__(self, words: list[str], boxes: np.ndarray) -> None:
-        self.words = words
-        self.boxes = boxes
-        self.keys = [normalise(w).casefold() for w in words]
-        self.centres = (boxes[:, :2] + boxes[:, 2:]) / 2 if len(boxes) else np.zeros((0, 2))
-        self.heights = boxes[:, 3] - boxes[:, 1]
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def runs(self, phrase: str) -> list[list[int]]:
-        """Every run of consecutive words that spells `phrase` (normalised, case-folded)."""
-        tokens = [k for k in (normalise(t).casefold() for t in phrase.split()) if k]
-        n = len(tokens)
-        if not n:
-            return []
-        return [list(range(i, i + n)) for i in range(len(self.keys) - n + 1) if self.keys[i:i + n] == tokens]
-
-    def matching(self, tokens: Sequence[str]) -> list[int]:
-        """Words equal (case-folded) to any of the normalised tokens."""
-        wanted = {normalise(t).casefold() for t in tokens} - {""}
-        return [i for i, k in enumerate(self.keys) if k in wanted]
-
-    def box(self, ids: Sequence[int]) -> np.ndarray:
-        return union_box(self.boxes[list(ids)])
-
-    def same_line(self, ids: Sequence[int]) -> np.ndarray:
-        """bool [N]: words overlapping the band of `ids` vertically by half the shorter height."""
-        y0, y1 = self.boxes[list(ids), 1].min(), self.boxes[list(ids), 3].max()
-        overlap = np.minimum(self.boxes[:, 3], y1) - np.maximum(self.boxes[:, 1], y0)
-        shorter = np.maximum(np.minimum(self.heights, y1 - y0), 1.0)
-        return overlap / shorter >= 0.5
 
 
 # ---- questions -----------------------------------------------------------------------------------
@@ -346,59 +304,8 @@ def answer_header_row(words: PageWords, det: Detections) -> Answer:
 # ---- link and cell questions ---------------------------------------------------------------------
 
 def link_value(label: Sequence[int], words: PageWords) -> Answer:
-    """The value of a form label: words right of it on its line up to a wide gap, else the nearest
-    line below that overlaps its column."""
-    value = right_of(label, words)
-    return _words_answer(words, value if value else below(label, words))
-
-
-def _chain(start: int, candidates: np.ndarray, words: PageWords) -> list[int]:
-    """`start` and the candidates right of it while the gap to the next stays narrow."""
-    right = [int(j) for j in candidates if words.boxes[j, 0] >= words.boxes[start, 0]]
-    ids = [start]
-    for j in sorted(right, key=lambda j: words.boxes[j, 0]):
-        if j != start and words.boxes[j, 0] - words.boxes[ids[-1], 2] <= GAP_FACTOR * words.heights[start]:
-            ids.append(j)
-        elif j != start:
-            break
-    return ids
-
-
-def right_of(label: Sequence[int], words: PageWords) -> list[int]:
-    x1 = words.boxes[list(label), 2].max()
-    line = np.flatnonzero(words.same_line(label) & (words.boxes[:, 0] >= x1 - 1))
-    line = np.setdiff1d(line, label)
-    if not len(line):
-        return []
-    return _chain(int(line[np.argmin(words.boxes[line, 0])]), line, words)
-
-
-def below(label: Sequence[int], words: PageWords) -> list[int]:
-    box = words.box(label)[0]
-    under = np.flatnonzero((words.boxes[:, 1] >= box[3] - 1) & (words.boxes[:, 0] < box[2])
-                           & (words.boxes[:, 2] > box[0]))
-    if not len(under):
-        return []
-    first = int(under[np.argmin(words.boxes[under, 1])])
-    line = np.flatnonzero(words.same_line([first]))
-    start = min(_chain_left(first, line, words), key=lambda j: words.boxes[j, 0])
-    return _chain(start, line, words)
-
-
-def _chain_left(start: int, line: np.ndarray, words: PageWords) -> list[int]:
-    """`start` and the words left of it on its line while the gap stays narrow."""
-    ids = [start]
-    for j in sorted(line, key=lambda j: -words.boxes[j, 2]):
-        if words.boxes[j, 2] <= words.boxes[ids[-1], 0] + 1 and j != start:
-            if words.boxes[ids[-1], 0] - words.boxes[j, 2] > GAP_FACTOR * words.heights[start]:
-                break
-            ids.append(int(j))
-    return ids
-
-
-def label_runs(label_text: str, words: PageWords) -> list[list[int]]:
-    """The label's occurrences, those ending in ':' (a form label, not e.g. a table header) first."""
-    return sorted(words.runs(label_text), key=lambda run: not words.words[run[-1]].endswith(":"))
+    """The box of a form label's value (`form_links.field_value`)."""
+    return _words_answer(words, field_value(label, words))
 
 
 def answer_link(label_text: str, words: PageWords) -> Answer:

@@ -10,6 +10,7 @@ import numpy as np
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
 from dociq.inference.figure_answers import FIGURE_TEXT, figure_answer, figure_question
+from dociq.inference.form_links import PageWords, link_answer, link_label
 from dociq.inference.prompts import Prompts
 from dociq.inference.unit_classifier import UnitClassifier
 from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
@@ -101,6 +102,10 @@ def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question
     return keep_quoted(snap(mask), word_boxes, words, question, blocks)
 
 
+def _then_linked(mask: np.ndarray, snap, label: str, form_words: PageWords) -> np.ndarray:
+    return link_answer(snap(mask), label, form_words)
+
+
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
                unit_classifier: UnitClassifier | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
@@ -110,7 +115,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     the first prompt that needs them). With a `unit_classifier` and "blocks", a question alone that
     names a text class (`class_answers.named_class`) and asks for one mask [Q, H, W] is answered by
     the units it names (`class_answers.class_answer`), one that names figures by the page's pictures
-    (`figure_answers.figure_answer`)."""
+    (`figure_answers.figure_answer`). A field question ("which value belongs to the field ‘K’?")
+    keeps its mask where it lies on K's value, else takes the value `form_links.link_answer` finds."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
@@ -124,6 +130,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     if mode == "blocks" and prompts.points is not None and page.drawings is None:
         page.drawings = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes)   # for clicks
     out = np.empty_like(masks)
+    form_words = None                                      # the page's words for field questions, once
     for q in range(masks.shape[0]):
         if mode == "words":
             snap = partial(snap_to_words, word_boxes=word_boxes)
@@ -134,8 +141,13 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
                            ink=page.ink, drawings=page.drawings)
         if mode == "blocks" and prompts.questions and words is not None and prompts.boxes is None and prompts.points is None:
             # text the question quotes is in its answer (`keep_quoted`); a click or a box says where, itself
+            question = prompts.questions[min(q, len(prompts.questions) - 1)]
             snap = partial(_then_quoted, snap=snap, word_boxes=word_boxes, words=words, blocks=blocks,
-                           question=prompts.questions[min(q, len(prompts.questions) - 1)])
+                           question=question)
+            label = link_label(question)
+            if label is not None:        # a field's value: the decoder's where it lies beside or below the label
+                form_words = PageWords(words, word_boxes) if form_words is None else form_words
+                snap = partial(_then_linked, snap=snap, label=label, form_words=form_words)
         flat = masks[q].reshape(-1, *masks.shape[-2:])
         out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
     return out

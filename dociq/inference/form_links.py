@@ -1,0 +1,170 @@
+"""A form field's value found from where the words sit: right of its label on its line, else the
+nearest line below.
+
+The rule needs no model, so it reads a scanned form whose layout no training page had the same way
+it reads a synthetic one. The Predictor answers "which value belongs to the field ‘K’?" with the
+decoder's mask where that mask lies on the value beside or below the label K, and with the rule's
+value where it lies elsewhere (`link_answer`); the detector baseline (dociq.evaluation.
+detector_baseline) answers with the rule alone.
+
+    words = PageWords(["Name:", "Ada", "Lovelace"], boxes)
+    label = label_runs("Name", words)[0]           # word indices of the label's first occurrence
+    field_value(label, words)                      # -> [1, 2]
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+
+from dociq.data.lexical import FUZZY_MIN_LENGTH, normalise, within_one_edit
+from dociq.models.word_snap import pixel_boxes, word_members
+
+# A gap wider than this x the word height ends a value (text_blocks' rule).
+GAP_FACTOR = 1.5
+# The phrasing of a field question (dociq.data.synthetic.questions) and its quoted label.
+_LINK = re.compile(r"value\s+(?:that\s+)?(?:belongs\s+to|of|for)\s+the\s+field\s+"
+                   r"(?:\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d|\"([^\"]+)\"|'([^']+)')", re.IGNORECASE)
+
+
+class PageWords:
+    """OCR words with their normalised, case-folded forms and box geometry (page pixels)."""
+
+    def __init__(self, words: Sequence[str], boxes: np.ndarray) -> None:
+        self.words = list(words)
+        self.boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+        self.keys = [normalise(w).casefold() for w in self.words]
+        self.centres = (self.boxes[:, :2] + self.boxes[:, 2:]) / 2
+        self.heights = self.boxes[:, 3] - self.boxes[:, 1]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def runs(self, phrase: str, fuzzy: bool = False) -> list[list[int]]:
+        """Every run of consecutive words that spells `phrase` (normalised, case-folded); with
+        `fuzzy`, a word of FUZZY_MIN_LENGTH letters or more may be one edit away (an OCR misread)."""
+        tokens = [k for k in (normalise(t).casefold() for t in phrase.split()) if k]
+        n = len(tokens)
+        if not n:
+            return []
+
+        def same(key: str, token: str) -> bool:
+            return key == token or (fuzzy and min(len(key), len(token)) >= FUZZY_MIN_LENGTH
+                                    and within_one_edit(key, token))
+        return [list(range(i, i + n)) for i in range(len(self.keys) - n + 1)
+                if all(same(k, t) for k, t in zip(self.keys[i:i + n], tokens))]
+
+    def matching(self, tokens: Sequence[str]) -> list[int]:
+        """Words equal (case-folded) to any of the normalised tokens."""
+        wanted = {normalise(t).casefold() for t in tokens} - {""}
+        return [i for i, k in enumerate(self.keys) if k in wanted]
+
+    def box(self, ids: Sequence[int]) -> np.ndarray:
+        """[1, 4]: the box around the words `ids`."""
+        boxes = self.boxes[list(ids)]
+        return np.concatenate([boxes[:, :2].min(0), boxes[:, 2:].max(0)])[None]
+
+    def same_line(self, ids: Sequence[int]) -> np.ndarray:
+        """bool [N]: words overlapping the band of `ids` vertically by half the shorter height."""
+        y0, y1 = self.boxes[list(ids), 1].min(), self.boxes[list(ids), 3].max()
+        overlap = np.minimum(self.boxes[:, 3], y1) - np.maximum(self.boxes[:, 1], y0)
+        shorter = np.maximum(np.minimum(self.heights, y1 - y0), 1.0)
+        return overlap / shorter >= 0.5
+
+
+def link_label(question: str) -> str | None:
+    """The label a field question quotes ("which value belongs to the field ‘Name’?" -> "Name"),
+    or None for any other question."""
+    match = _LINK.search(question)
+    return next(g for g in match.groups() if g) if match else None
+
+
+def label_runs(label_text: str, words: PageWords) -> list[list[int]]:
+    """The label's occurrences — spelled exactly, else with OCR misreads (`PageWords.runs` fuzzy) —
+    those ending in ':' (a form label, not e.g. a table header) first."""
+    runs = words.runs(label_text) or words.runs(label_text, fuzzy=True)
+    return sorted(runs, key=lambda run: not words.words[run[-1]].endswith(":"))
+
+
+def field_value(label: Sequence[int], words: PageWords) -> list[int]:
+    """The value of a form label (word indices): the words right of it on its line up to a wide
+    gap, else the nearest line below that overlaps its column — neither holding a word that ends
+    in ':' (another field's label); [] when there is no such value."""
+    return right_of(label, words) or below(label, words)
+
+
+def _chain(start: int, candidates: np.ndarray, words: PageWords) -> list[int]:
+    """`start` and the candidates right of it while the gap to the next stays narrow."""
+    right = [int(j) for j in candidates if words.boxes[j, 0] >= words.boxes[start, 0]]
+    ids = [start]
+    for j in sorted(right, key=lambda j: words.boxes[j, 0]):
+        if j != start and words.boxes[j, 0] - words.boxes[ids[-1], 2] <= GAP_FACTOR * words.heights[start]:
+            ids.append(j)
+        elif j != start:
+            break
+    return ids
+
+
+def _unless_label(ids: list[int], words: PageWords) -> list[int]:
+    """`ids`, or [] when they hold a word ending in ':' — the next field's label, not a value."""
+    return [] if any(words.words[j].endswith(":") for j in ids) else ids
+
+
+def right_of(label: Sequence[int], words: PageWords) -> list[int]:
+    """The words right of the label on its line, up to a wide gap; [] when they are a label."""
+    x1 = words.boxes[list(label), 2].max()
+    line = np.flatnonzero(words.same_line(label) & (words.boxes[:, 0] >= x1 - 1))
+    line = np.setdiff1d(line, label)
+    if not len(line):
+        return []
+    return _unless_label(_chain(int(line[np.argmin(words.boxes[line, 0])]), line, words), words)
+
+
+def below(label: Sequence[int], words: PageWords) -> list[int]:
+    """The nearest line piece below the label that overlaps its column; [] when it is a label."""
+    box = words.box(label)[0]
+    under = np.flatnonzero((words.boxes[:, 1] >= box[3] - 1) & (words.boxes[:, 0] < box[2])
+                           & (words.boxes[:, 2] > box[0]))
+    if not len(under):
+        return []
+    first = int(under[np.argmin(words.boxes[under, 1])])
+    line = np.flatnonzero(words.same_line([first]))
+    start = min(_chain_left(first, line, words), key=lambda j: words.boxes[j, 0])
+    return _unless_label(_chain(start, line, words), words)
+
+
+def _chain_left(start: int, line: np.ndarray, words: PageWords) -> list[int]:
+    """`start` and the words left of it on its line while the gap stays narrow."""
+    ids = [start]
+    for j in sorted(line, key=lambda j: -words.boxes[j, 2]):
+        if words.boxes[j, 2] <= words.boxes[ids[-1], 0] + 1 and j != start:
+            if words.boxes[ids[-1], 0] - words.boxes[j, 2] > GAP_FACTOR * words.heights[start]:
+                break
+            ids.append(int(j))
+    return ids
+
+
+def link_answer(mask: np.ndarray, label_text: str, words: PageWords) -> np.ndarray:
+    """The answer to "which value belongs to the field ‘label_text’?" given the decoder's mask
+    (bool [H, W], snapped, in the words' pixels): the mask itself when the words it holds lie mostly
+    on a value of the label — beside or below any occurrence of it — else the box of the rule's
+    value (`field_value` of the label's first occurrence). Unchanged when the page does not hold
+    the label or the label has no value."""
+    runs = label_runs(label_text, words)
+    values = [(run, value) for run in runs for value in (right_of(run, words), below(run, words)) if value]
+    if not values:
+        return mask
+    held = word_members(mask, pixel_boxes(words.boxes, mask.shape)) if mask.any() else np.zeros(len(words), bool)
+    for run, value in values:
+        on_value = held[value].sum()
+        elsewhere = held.sum() - on_value - held[run].sum()
+        if on_value and elsewhere <= on_value:
+            return mask
+    value = field_value(runs[0], words)
+    if not value:
+        return mask
+    pixels = pixel_boxes(words.box(value), mask.shape)[0]
+    out = np.zeros_like(mask)
+    out[pixels[1]:pixels[3], pixels[0]:pixels[2]] = True
+    return out

@@ -1,0 +1,89 @@
+"""A field question's value from the page's geometry (dociq.inference.form_links), and the
+Predictor answering field questions with it where the decoder's mask lies elsewhere."""
+import numpy as np
+import pytest
+
+from dociq.inference.form_links import PageWords, field_value, label_runs, link_answer, link_label
+from dociq.inference.predictor import Predictor
+
+H, W = 160, 240
+# A scanned form as tesseract reads it: "Address:" misread as "Addross:", a value beside each
+# label, and "Signature:" whose value is on the line below.
+WORDS = ["Name:", "Ada", "Lovelace", "Addross:", "12", "St", "James's", "Square", "Signature:", "A.", "Lovelace"]
+BOXES = np.array([[10, 10, 50, 22], [60, 10, 80, 22], [84, 10, 130, 22],
+                  [10, 40, 62, 52], [72, 40, 84, 52], [88, 40, 100, 52], [104, 40, 146, 52], [150, 40, 190, 52],
+                  [10, 80, 70, 92], [12, 100, 24, 112], [28, 100, 74, 112]], np.float64)
+
+
+@pytest.fixture
+def words():
+    return PageWords(WORDS, BOXES)
+
+
+def _box_mask(x0, y0, x1, y1):
+    mask = np.zeros((H, W), bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
+@pytest.mark.parametrize("question, label", [
+    ("which value belongs to the field \u2018Date of birth\u2019?", "Date of birth"),
+    ("What is the value of the field \u201cName\u201d?", "Name"),
+    ("which value belongs to the field 'Phone'?", "Phone"),
+    ("which paragraph mentions \u201cfield\u201d?", None),
+    ("what is the amount of Anna?", None),
+])
+def test_the_questions_that_ask_for_a_fields_value(question, label):
+    assert link_label(question) == label
+
+
+def test_the_value_is_right_of_the_label_else_on_the_line_below(words):
+    assert field_value(label_runs("Name", words)[0], words) == [1, 2]
+    assert field_value(label_runs("Signature", words)[0], words) == [9, 10]
+
+
+def test_a_label_misread_by_one_letter_is_still_found(words):
+    assert label_runs("Address", words) == [[3]]
+    assert field_value([3], words) == [4, 5, 6, 7]
+    assert label_runs("Nome", words) == []          # short words must match exactly: one edit makes another word
+
+
+def test_a_decoder_mask_on_the_value_is_kept(words):
+    on_value = _box_mask(58, 8, 133, 24)             # "Ada Lovelace", a few pixels wider than the words
+    np.testing.assert_array_equal(link_answer(on_value, "Name", words), on_value)
+    below = _box_mask(10, 98, 76, 114)               # the signature's value, on the line below its label
+    np.testing.assert_array_equal(link_answer(below, "Signature", words), below)
+
+
+@pytest.mark.parametrize("mask", [
+    _box_mask(8, 38, 192, 54),                       # another field's line
+    _box_mask(8, 8, 52, 24),                         # the label itself
+    _box_mask(8, 8, 192, 114),                       # the whole form: mostly not the value
+    np.zeros((H, W), bool),                          # nothing
+])
+def test_a_decoder_mask_elsewhere_becomes_the_rules_value(words, mask):
+    np.testing.assert_array_equal(link_answer(mask, "Name", words), _box_mask(60, 10, 130, 22))
+
+
+def test_a_label_not_on_the_page_keeps_the_decoders_mask(words):
+    mask = _box_mask(8, 38, 192, 54)
+    np.testing.assert_array_equal(link_answer(mask, "Email", words), mask)
+
+
+def test_the_predictor_answers_a_field_question_on_the_value(finetune_checkpoint):
+    """The test checkpoint has never seen this form: whatever its decoder paints, the default
+    Predictor's answer is the value beside the label, and the switch to the decoder's masks
+    (snap=None) leaves the rule out."""
+    image = np.full((H, W, 3), 250, np.uint8)
+    for x0, y0, x1, y1 in BOXES.astype(int):
+        image[y0 + 2:y1 - 2, x0:x1] = 20
+    predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
+    predictor.set_image(image, words=WORDS, word_boxes=BOXES)
+    masks, _ = predictor.predict(question=["which value belongs to the field \u2018Addross\u2019?",
+                                           "which value belongs to the field \u2018Signature\u2019?"])
+    held = [np.flatnonzero([mask[int(y0):int(y1), int(x0):int(x1)].mean() >= 0.5 for x0, y0, x1, y1 in BOXES])
+            for mask in masks]
+    assert held[0].tolist() == [4, 5, 6, 7] and held[1].tolist() == [9, 10]
+    predictor.snap = None
+    raw, _ = predictor.predict(question="which value belongs to the field \u2018Addross\u2019?")
+    assert not np.array_equal(raw[0], masks[0])
