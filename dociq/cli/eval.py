@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 
@@ -103,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scan", action="store_true",
                    help="ask the prompts of scanned pages: each page degraded (skew, blur, noise, JPEG) and its "
                         "words read by tesseract instead of the text layer (dociq.data.scanned)")
+    p.add_argument("--ocr-cache", default=None, metavar="DIR",
+                   help="with --scan: keep the scanned pages' OCR words in DIR (keyed by the page image's content), "
+                        "so a later run on the same pages reads them instead of running tesseract again "
+                        "(default: a temporary folder, one OCR per page for all checkpoints of the run)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -132,7 +137,9 @@ def run(args) -> int:
     if args.data != "coco" and not args.task_path:
         answerers = [(path, load_predictor, path) for path in args.checkpoints]
         answerers += [(f"baseline:{name}", _baseline, name) for name in args.baseline]
-        with tempfile.TemporaryDirectory(prefix="dociq-eval-ocr-") as ocr_cache:   # one OCR per scanned page
+        # one OCR per scanned page
+        cache = nullcontext(args.ocr_cache) if args.ocr_cache else tempfile.TemporaryDirectory(prefix="dociq-eval-ocr-")
+        with cache as ocr_cache:
             for label, make, arg in answerers:
                 answerer = make(arg)
                 if args.no_class_answers and hasattr(answerer, "class_answers"):
@@ -186,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scan and (args.data == "coco" or args.task_path):
         p.error("--scan scans the held-out pages of --data synthetic / corpus on the Predictor's path: drop "
                 "--task-path (a COCO set's words come from --ocr)")
+    if args.ocr_cache and not args.scan:
+        p.error("--ocr-cache keeps the OCR of scanned pages: add --scan, or drop --ocr-cache")
     if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
         p.error("--heuristics and --eval-size score the training task's path: add --task-path")
     return report_errors("eval", lambda: run(args), also=(DetectorUnavailable,))

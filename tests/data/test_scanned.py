@@ -61,3 +61,22 @@ def test_regions_own_the_words_read_from_the_scan(pages, tmp_path):
         assert region.text == " ".join(scan.words[k] for k in region.word_ids)
         owned += len(region.word_ids)
     assert owned >= 0.5 * len(scan.words)      # most words read back lie in some region
+
+
+def test_a_kept_ocr_cache_is_read_by_the_next_run(tmp_path):
+    """`dociq eval --scan --ocr-cache DIR` keeps each scanned page's OCR words, so a second run on
+    the same pages (another checkpoint, another code version) reads them instead of tesseract."""
+    cache = tmp_path / "ocr"
+    args = ["--baseline", "detector", "--pages", "1", "--prompts", "question", "--scan", "--ocr-cache", str(cache)]
+    assert main(args + ["--json", str(tmp_path / "first.json")]) == 0
+    kept = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    assert kept
+    assert main(args + ["--json", str(tmp_path / "second.json")]) == 0
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == kept
+    assert (tmp_path / "first.json").read_text() == (tmp_path / "second.json").read_text()
+
+
+def test_an_ocr_cache_is_for_scanned_pages(capsys):
+    with pytest.raises(SystemExit):
+        main(["--baseline", "detector", "--ocr-cache", "ocr/"])
+    assert "--ocr-cache" in capsys.readouterr().err

@@ -1,0 +1,91 @@
+"""scripts/make_form_pages.py: office forms printed by Chromium, stored as a corpus folder whose
+form regions hold exactly the words written into them and whose link questions point at the values."""
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
+                                reason="no Chromium on PATH (apt-get install chromium) to print the forms with")
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = 5
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("make_form_pages", REPO / "scripts" / "make_form_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_form_pages"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def built(script, tmp_path_factory):
+    pytest.importorskip("playwright")
+    out = tmp_path_factory.mktemp("forms") / "forms_html"
+    assert script.main(["--out", str(out), "--pages", "2", "--seed", str(SEED)]) == 0
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+    return out, [CorpusDocuments(out, split=None)[i] for i in range(2)]
+
+
+def _centre_inside(boxes, box):
+    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    return set(np.flatnonzero((cx >= box[0]) & (cx <= box[2]) & (cy >= box[1]) & (cy <= box[3])).tolist())
+
+
+def test_the_folder_reads_back_as_a_corpus_split(built, script):
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+    out, pages = built
+    assert json.loads((out / "corpus.json").read_text())["pages"] == 2
+    assert len(CorpusDocuments(out, split="all")) == 2  # `dociq eval --split all` reads every split
+    for page in pages:
+        assert page.meta["package"] == "forms-html" and page.meta["split"] == "all"
+        assert page.meta["labeller"] == "html-forms" and page.meta["text_layer"] == "pdf"
+        assert page.image.shape[:2] == page.meta["original_size"] and max(page.image.shape[:2]) == 1024
+        assert {"form_key", "form_value"} <= {r.label for r in page.regions}
+    # a rerun with the same folder and seed finds the forms done and adds none
+    assert script.main(["--out", str(out), "--pages", "2", "--seed", str(SEED)]) == 0
+    assert len(CorpusDocuments(out, split=None)) == 2
+
+
+def test_form_regions_hold_exactly_the_words_written_into_them(built, script):
+    _, pages = built
+    for page in pages:
+        index = int(page.meta["doc_id"].split("-")[1])
+        _, form, _ = script.make_form(index, SEED)  # the same seed draws the same form
+        assert [r.label for r in page.regions] == [label for label, _ in form.regions]
+        boxes = np.asarray(page.word_boxes, dtype=np.float64)
+        for region, (label, text) in zip(page.regions, form.regions):
+            # the written text, word for word in reading order (a token too long for its box may wrap in two)
+            assert "".join(page.words[i] for i in region.word_ids) == "".join(text.split()), (label, text)
+            if label in ("form_key", "form_value"):
+                ids = region.word_ids
+                union = [boxes[ids, 0].min(), boxes[ids, 1].min(), boxes[ids, 2].max(), boxes[ids, 3].max()]
+                np.testing.assert_allclose(region.box, union, atol=0.01)  # the union of its words' boxes
+                assert _centre_inside(boxes, region.box) == set(ids), (label, text)  # and no other word
+
+
+def test_link_questions_point_at_the_value_of_a_unique_key(built):
+    _, pages = built
+    for page in pages:
+        assert page.links and all(page.regions[k].label == "form_key" and page.regions[v].label == "form_value"
+                                  for k, v in page.links)
+        key_texts = [page.regions[k].text for k, _ in page.links]
+        links = [q for q in page.questions if q.kind == "link"]
+        assert len(links) == sum(key_texts.count(t) == 1 for t in key_texts) > 0
+        value_of = {page.regions[k].text.rstrip(":"): v for k, v in page.links}
+        for q in links:
+            key = q.text.split("\u2018")[1].split("\u2019")[0]
+            assert q.region_ids == [value_of[key]]
+            assert np.array_equal(q.mask, page.regions[value_of[key]].mask)
+        layout = {q.text: set(q.region_ids) for q in page.questions if q.kind == "layout"}
+        assert {i for i, r in enumerate(page.regions) if r.label == "form_key"} in layout.values()
+        assert {i for i, r in enumerate(page.regions) if r.label == "form_value"} in layout.values()
