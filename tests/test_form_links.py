@@ -48,11 +48,13 @@ def test_a_label_misread_by_one_letter_is_still_found(words):
     assert label_runs("Nome", words) == []          # short words must match exactly: one edit makes another word
 
 
-def test_a_decoder_mask_on_the_value_is_kept(words):
-    on_value = _box_mask(58, 8, 133, 24)             # "Ada Lovelace", a few pixels wider than the words
-    np.testing.assert_array_equal(link_answer(on_value, "Name", words), on_value)
-    below = _box_mask(10, 98, 76, 114)               # the signature's value, on the line below its label
-    np.testing.assert_array_equal(link_answer(below, "Signature", words), below)
+def test_the_decoder_chooses_the_value_and_the_words_set_its_extent(words):
+    """A mask on a value beside or below the label is answered with that value's box, a few
+    pixels wider or narrower as the decoder paints it or not."""
+    beside = _box_mask(58, 8, 100, 24)               # most of "Ada Lovelace"
+    np.testing.assert_array_equal(link_answer(beside, "Name", words), _box_mask(60, 10, 130, 22))
+    below = _box_mask(10, 98, 78, 115)               # the signature's value, on the line below its label
+    np.testing.assert_array_equal(link_answer(below, "Signature", words), _box_mask(12, 100, 74, 112))
 
 
 @pytest.mark.parametrize("mask", [

@@ -3,8 +3,8 @@ nearest line below.
 
 The rule needs no model, so it reads a scanned form whose layout no training page had the same way
 it reads a synthetic one. The Predictor answers "which value belongs to the field ‘K’?" with the
-decoder's mask where that mask lies on the value beside or below the label K, and with the rule's
-value where it lies elsewhere (`link_answer`); the detector baseline (dociq.evaluation.
+value beside or below the label K that the decoder's mask lies on, and with the rule's value where
+it lies elsewhere (`link_answer`); the detector baseline (dociq.evaluation.
 detector_baseline) answers with the rule alone.
 
     words = PageWords(["Name:", "Ada", "Lovelace"], boxes)
@@ -147,24 +147,26 @@ def _chain_left(start: int, line: np.ndarray, words: PageWords) -> list[int]:
 
 def link_answer(mask: np.ndarray, label_text: str, words: PageWords) -> np.ndarray:
     """The answer to "which value belongs to the field ‘label_text’?" given the decoder's mask
-    (bool [H, W], snapped, in the words' pixels): the mask itself when the words it holds lie mostly
-    on a value of the label — beside or below any occurrence of it — else the box of the rule's
-    value (`field_value` of the label's first occurrence). Unchanged when the page does not hold
-    the label or the label has no value."""
+    (bool [H, W], snapped, in the words' pixels): the box of the value the mask's words lie mostly
+    on — beside or below any occurrence of the label — else the box of the rule's value
+    (`field_value` of the label's first occurrence). The decoder chooses among the label's values;
+    the words set the mask's extent. Unchanged when the page does not hold the label or the label
+    has no value."""
     runs = label_runs(label_text, words)
     values = [(run, value) for run in runs for value in (right_of(run, words), below(run, words)) if value]
     if not values:
         return mask
     held = word_members(mask, pixel_boxes(words.boxes, mask.shape)) if mask.any() else np.zeros(len(words), bool)
+    chosen = field_value(runs[0], words)
     for run, value in values:
         on_value = held[value].sum()
         elsewhere = held.sum() - on_value - held[run].sum()
         if on_value and elsewhere <= on_value:
-            return mask
-    value = field_value(runs[0], words)
-    if not value:
+            chosen = value
+            break
+    if not chosen:
         return mask
-    pixels = pixel_boxes(words.box(value), mask.shape)[0]
+    pixels = pixel_boxes(words.box(chosen), mask.shape)[0]
     out = np.zeros_like(mask)
     out[pixels[1]:pixels[3], pixels[0]:pixels[2]] = True
     return out

@@ -116,7 +116,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     names a text class (`class_answers.named_class`) and asks for one mask [Q, H, W] is answered by
     the units it names (`class_answers.class_answer`), one that names figures by the page's pictures
     (`figure_answers.figure_answer`). A field question ("which value belongs to the field ‘K’?")
-    keeps its mask where it lies on K's value, else takes the value `form_links.link_answer` finds."""
+    is the box of the value of K (beside or below it) the mask lies on, else of the value the
+    geometric rule finds (`form_links.link_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
         page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
@@ -145,7 +146,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             snap = partial(_then_quoted, snap=snap, word_boxes=word_boxes, words=words, blocks=blocks,
                            question=question)
             label = link_label(question)
-            if label is not None:        # a field's value: the decoder's where it lies beside or below the label
+            if label is not None:        # the label's value the decoder's mask lies on, else the rule's
                 form_words = PageWords(words, word_boxes) if form_words is None else form_words
                 snap = partial(_then_linked, snap=snap, label=label, form_words=form_words)
         flat = masks[q].reshape(-1, *masks.shape[-2:])
