@@ -53,7 +53,7 @@ from dociq.data.lexical import normalise, question_content_words
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import group_lines
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
-from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs
+from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs, link_label
 
 # dociq class -> the CDLA classes whose detections answer it (CDLA has no form, cell, stamp,
 # signature or code class: those are text rules or empty, see the module docstring).
@@ -174,7 +174,7 @@ def question_kind(question: str) -> str:
     text = question.strip().casefold()
     if text in PHRASE_TO_CLASS or text == HEADER_ROW:
         return "layout"
-    if "value belongs to the field" in text:
+    if link_label(question) is not None:
         return "link"
     if _CELL.match(text):
         return "cell"
@@ -188,8 +188,7 @@ def answer_question(question: str, words: PageWords, det: Detections, size: tupl
         return answer_header_row(words, det) if text == HEADER_ROW else answer_layout(PHRASE_TO_CLASS[text],
                                                                                        words, det, size)
     if kind == "link":
-        quoted = quoted_text(question)
-        return answer_link(quoted, words) if quoted else EMPTY
+        return answer_link(link_label(question), words)
     if kind == "cell":
         column, row = _CELL.match(question.strip()).groups()
         return answer_cell(column, row, words)
