@@ -47,13 +47,25 @@ def test_the_folder_reads_back_as_a_corpus_split(built, script):
     assert json.loads((out / "corpus.json").read_text())["pages"] == 2
     assert len(CorpusDocuments(out, split="all")) == 2  # `dociq eval --split all` reads every split
     for page in pages:
-        assert page.meta["package"] == "forms-html" and page.meta["split"] == "all"
+        template = page.meta["doc_id"].rsplit("-", 1)[1]
+        assert page.meta["package"] == f"forms-html-{template}" and page.meta["split"] == "all"
         assert page.meta["labeller"] == "html-forms" and page.meta["text_layer"] == "pdf"
         assert page.image.shape[:2] == page.meta["original_size"] and max(page.image.shape[:2]) == 1024
         assert {"form_key", "form_value"} <= {r.label for r in page.regions}
     # a rerun with the same folder and seed finds the forms done and adds none
     assert script.main(["--out", str(out), "--pages", "2", "--seed", str(SEED)]) == 0
     assert len(CorpusDocuments(out, split=None)) == 2
+
+
+def test_templates_take_turns_and_name_their_package(tmp_path, script):
+    pytest.importorskip("playwright")
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+    out = tmp_path / "forms"
+    assert script.main(["--out", str(out), "--pages", "2", "--seed", str(SEED), "--templates", "memo", "table"]) == 0
+    assert [p.meta["package"] for p in CorpusDocuments(out, split=None)] == ["forms-html-memo", "forms-html-table"]
+    held_out = CorpusDocuments(out, split=None, packages="forms-html-table")
+    assert len(held_out) == 1 and held_out[0].meta["doc_id"] == "form-0001-table"
 
 
 def test_form_regions_hold_exactly_the_words_written_into_them(built, script):
@@ -89,3 +101,18 @@ def test_link_questions_point_at_the_value_of_a_unique_key(built):
         layout = {q.text: set(q.region_ids) for q in page.questions if q.kind == "layout"}
         assert {i for i, r in enumerate(page.regions) if r.label == "form_key"} in layout.values()
         assert {i for i, r in enumerate(page.regions) if r.label == "form_value"} in layout.values()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="no tesseract (apt-get install tesseract-ocr)")
+def test_the_ocr_bench_reads_the_forms_words_back(built):
+    import subprocess
+
+    out, _ = built
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_ocr.py"), "--corpus", str(out), "--split", "all",
+                          "--pages", "2"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                             for line in run.stdout.splitlines() if line.startswith("| ")
+                                             and not line.startswith("| binarize"))}
+    assert set(rows) == {"otsu", "sauvola"}, run.stdout
+    assert float(rows["sauvola"][0]) >= 0.8 and rows["sauvola"][1] == "0", run.stdout  # printed words read back

@@ -28,6 +28,13 @@ from dociq.data.schema import Page
 from dociq.data.text_blocks import words_in_masks
 
 
+def degraded(page: Page, seed: int, index: int = 0) -> Page:
+    """The page as scan `seed` of it: the degradation is drawn from the page's id (else `index`) and
+    the seed, so every reader of the same page and seed gets the same scan."""
+    page_id = str(page.meta.get("page_id", index))
+    return degrade_page(page, np.random.default_rng([int(seed), zlib.crc32(page_id.encode())]))
+
+
 class ScannedPages(Sequence):
     """`pages` (any sequence or map-style data set of `Page`s) with each page degraded and its words
     replaced by tesseract's reading of it. seed: which scan each page gets; ocr: an OCR engine with
@@ -45,9 +52,7 @@ class ScannedPages(Sequence):
         page = self.pages[index]
         if page is None:                                  # a bad page stays skipped
             return None
-        page_id = str(page.meta.get("page_id", index))
-        rng = np.random.default_rng([self.seed, zlib.crc32(page_id.encode())])
-        scanned = degrade_page(page, rng)
+        scanned = degraded(page, self.seed, index)
         read = self.ocr.recognise(scanned.image)
         words = list(read.words)
         boxes = np.asarray(read.boxes, np.float32).reshape(-1, 4)
