@@ -1,13 +1,15 @@
 """Fit the unit classifier (`dociq.inference.unit_classifier`) on a corpus's labelled training pages.
 
-    python scripts/fit_unit_classifier.py --corpus data/corpus --synthetic 2000 \
+    python scripts/fit_unit_classifier.py --corpus data/corpus --synthetic 2000 --extra data/forms_train:all \
         --out dociq/inference/assets/unit_classes.npz --eval data/corpus:val --eval data/corpus_unseen:all
 
 Every text unit of a page (`class_answers.text_units` of `text_blocks.page_blocks`: the units the
 Predictor answers with) is labelled with the class most of its words have (a word's class is that
 of the smallest labelled region holding it), or `none` when fewer than half of its words are in
 a region; `unit_features` describes it. `--synthetic N` adds the units of N synthetic pages, drawn as
-`data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks.
+`data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks;
+`--extra CORPUS:SPLIT` adds another corpus folder's pages (browser-printed forms:
+scripts/make_form_pages.py).
 scikit-learn's HistGradientBoostingClassifier is fitted on
 them (100 iterations of trees with 15 leaves, no early stopping), the
 trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
@@ -76,6 +78,8 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=0, metavar="N",
                         help="also fit on N synthetic pages (drawn as data=corpus_mixed draws them): their forms "
                              "teach form labels and values, which the corpus has none of")
+    parser.add_argument("--extra", action="append", default=[], metavar="CORPUS:SPLIT",
+                        help="also fit on this corpus split (repeatable), e.g. data/forms_train:all")
     parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
                         help="print the unit accuracy on this corpus split too (repeatable)")
     args = parser.parse_args()
@@ -84,6 +88,10 @@ def main() -> None:
     if args.synthetic:
         from dociq.data.synthetic.generator import SyntheticDocuments   # deferred: only with --synthetic
         xs, ys = page_units(SyntheticDocuments(args.synthetic, image_size=256, seed=0, degrade=0.3))
+        x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
+    for spec in args.extra:
+        corpus, _, split = spec.rpartition(":")
+        xs, ys = corpus_units(corpus, split)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
     print(f"{len(y)} training units in {time.time() - start:.0f} s; "
           + ", ".join(f"{CLASS_NAMES[c]} {n}" for c, n in zip(*np.unique(y, return_counts=True))))

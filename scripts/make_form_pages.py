@@ -1,6 +1,6 @@
 """Held-out office forms printed by a real browser, as a corpus folder `dociq eval --data corpus` reads.
 
-    python scripts/make_form_pages.py [--out data/forms_html] [--pages 200] [--seed 0]
+    python scripts/make_form_pages.py [--out data/forms_html] [--pages 200] [--seed 0] [--templates ...]
     dociq eval CKPT --data corpus --corpus data/forms_html --split all --prompts question [--scan] \
         --baseline detector
 
@@ -10,7 +10,9 @@ bordered value box), "grid" (two or three columns of fields), "table" (a ruled l
 with section header rows) and "memo" (TO:/FROM:/DATE:/RE: over paragraphs); a title, section
 headings, an instruction paragraph, checkboxes and signatures are mixed in, in varied fonts, sizes,
 spacing and paper. Each form is printed by headless Chromium (`HtmlPrinter`), its page read as the
-corpus build reads one (`read_page`, 1024 px) and stored by `CorpusWriter` in split "all".
+corpus build reads one (`read_page`, 1024 px) and stored by `CorpusWriter` in split "all", under the
+package `forms-html-<template>`. `--templates` draws a subset: training forms from some templates
+(`fit_unit_classifier.py --extra`), held-out ones from the others (`dociq eval --packages`).
 
 Region boxes are exact: each labelled element is printed in its own near-black colour, so every PDF
 word names the element it came from; a region is the union of its words' boxes (a signature's also
@@ -226,11 +228,12 @@ def _signatures(F: Form, rng, fake, look: dict) -> str:
     return row + "".join(out) + (date + "</div>" if n == 1 else "</div>" + date)
 
 
-def make_form(index: int, seed: int) -> tuple[str, Form, PrintStyle]:
-    """The HTML, regions and page style of form `index` of the set drawn with `seed`."""
+def make_form(index: int, seed: int, templates: tuple[str, ...] = TEMPLATES) -> tuple[str, Form, PrintStyle]:
+    """The HTML, regions and page style of form `index` of the set drawn with `seed` from `templates`
+    (which take turns)."""
     form_seed = int(hashlib.sha1(f"forms:{seed}:{index}".encode()).hexdigest()[:8], 16)
     rng, fake = random.Random(form_seed), page_faker(form_seed)
-    F = Form(TEMPLATES[index % len(TEMPLATES)])
+    F = Form(templates[index % len(templates)])
     look = dict(upper=rng.random() < 0.3, colon=rng.random() < 0.7, bold=rng.random() < 0.6,
                 gap=rng.uniform(0.2, 0.7), key_width=rng.choice((25, 30, 35, 40)),
                 key_align=rng.choice(("left", "left", "right")), value_look=rng.choice(("underline", "box", "plain")),
@@ -327,7 +330,7 @@ def label_form(pdf: Path, F: Form, doc_id: str, rng: random.Random) -> tuple[str
     region_json = [{"label": label, "box": [round(float(v), 2) for v in box], "word_ids": [new[i] for i in ids]}
                    for label, box, ids in regions]
     page_id = f"{doc_id}#p0"
-    record = {"version": RECORD_VERSION, "page_id": page_id, "doc_id": doc_id, "package": PACKAGE,
+    record = {"version": RECORD_VERSION, "page_id": page_id, "doc_id": doc_id, "package": package_of(F.template),
               "source": f"{doc_id}.html", "page_index": 0, "split": SPLIT,
               "size": [int(image.shape[0]), int(image.shape[1])],
               "words": texts, "word_boxes": [[round(float(v), 2) for v in words[i].box] for i in order],
@@ -350,26 +353,32 @@ def questions(regions: list[dict], words: list[str], links, rng: random.Random) 
     return out
 
 
-def build(out: Path, pages: int, seed: int, progress=print) -> dict:
-    """Write `pages` printed forms into the corpus folder `out` (resuming one built with `seed`)."""
+def package_of(template: str) -> str:
+    """The corpus package a template's forms are stored under (`dociq eval --packages` picks templates)."""
+    return f"{PACKAGE}-{template}"
+
+
+def build(out: Path, pages: int, seed: int, templates: tuple[str, ...] = TEMPLATES, progress=print) -> dict:
+    """Write `pages` printed forms drawn from `templates` into the corpus folder `out` (resuming one
+    built with the same seed and templates)."""
     skipped, start, made = Counter(), time.time(), 0
     with HtmlPrinter() as printer, tempfile.TemporaryDirectory(prefix="dociq-forms-") as work, \
             CorpusWriter(out, shard_pages=256, settings={"generator": "make_form_pages", "seed": seed,
-                                                         "page_size": PAGE_SIZE}) as writer:
+                                                         "templates": list(templates), "page_size": PAGE_SIZE}) as writer:
         done = writer.done_documents
         kept = sum(int(r.get("pages_kept", 0)) for r in done.values())
         index = 0
         while kept < pages:
             if index >= 3 * pages + 20:
                 raise RuntimeError(f"{index} forms drawn, only {kept} printed cleanly (skipped: {dict(skipped)})")
-            doc_id = f"form-{index:04d}-{TEMPLATES[index % len(TEMPLATES)]}"
+            doc_id = f"form-{index:04d}-{templates[index % len(templates)]}"
             index += 1
             if doc_id in done:
                 continue
-            html, F, style = make_form(index - 1, seed)
+            html, F, style = make_form(index - 1, seed, templates)
             src, pdf = Path(work) / f"{doc_id}.html", Path(work) / f"{doc_id}.pdf"
             src.write_text(html, encoding="utf-8")
-            report = {"package": PACKAGE, "kind": "html", "template": F.template, "labellers": {LABELLER: 1}}
+            report = {"package": package_of(F.template), "kind": "html", "template": F.template, "labellers": {LABELLER: 1}}
             try:
                 printer.print_pdf(src, pdf, style, max_pages=2)
                 key, png, record, digest = label_form(pdf, F, doc_id, random.Random(f"{seed}:{doc_id}"))
@@ -397,11 +406,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="data/forms_html", help="the corpus folder to write (default data/forms_html)")
     p.add_argument("--pages", type=int, default=200, help="forms to print (default 200)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES),
+                   help="draw only these templates, in turn (default: all five); e.g. training forms from three "
+                        "and held-out ones from the other two")
     args = p.parse_args(argv)
     if args.pages < 1:
         p.error("--pages must be >= 1")
     try:
-        summary = build(Path(args.out), args.pages, args.seed)
+        summary = build(Path(args.out), args.pages, args.seed, tuple(dict.fromkeys(args.templates)))
     except PrintError as err:  # no Chromium or no playwright: the message carries the fix
         print(f"make_form_pages: {err}", file=sys.stderr)
         return 2
