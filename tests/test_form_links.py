@@ -48,6 +48,15 @@ def test_a_label_misread_by_one_letter_is_still_found(words):
     assert label_runs("Nome", words) == []          # short words must match exactly: one edit makes another word
 
 
+def test_a_value_boxs_border_read_as_a_word_is_not_the_value():
+    # tesseract reads a boxed value's left border as "|" (beside the label) or "[" (the line below)
+    words = PageWords(["Account", "number:", "|", "WFJR4045", "Total:", "[", "USD", "34.67"],
+                      np.array([[10, 10, 60, 22], [64, 10, 120, 22], [150, 8, 152, 24], [156, 10, 220, 22],
+                                [10, 40, 50, 52], [10, 58, 13, 74], [16, 60, 40, 72], [44, 60, 80, 72]], np.float64))
+    assert field_value(label_runs("Account number", words)[0], words) == [3]
+    assert field_value(label_runs("Total", words)[0], words) == [6, 7]
+
+
 def test_the_decoder_chooses_the_value_and_the_words_set_its_extent(words):
     """A mask on a value beside or below the label is answered with that value's box, a few
     pixels wider or narrower as the decoder paints it or not."""

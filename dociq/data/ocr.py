@@ -23,6 +23,7 @@ import numpy as np
 
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.pdf import POINTS_PER_INCH, open_page, render_page, text_layer_words
+from dociq.data.ruling_lines import erase_ruling_lines
 from dociq.io.atomic import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
@@ -128,14 +129,15 @@ OCR_MIN_LONG_SIDE = 2048
 # Sauvola's local threshold keeps blurred and noisy scans legible where the global Otsu threshold
 # (tesseract's default) merges their small letters into blots: on 200 degraded browser-printed forms
 # it read 91 % of the words against 68 %, and no page came back empty (docs/finetune.md,
-# "Scanned forms read with a local threshold").
+# "Scanned forms: a local threshold, rules erased").
 BINARIZATIONS = {"otsu": 0, "leptonica-otsu": 1, "sauvola": 2}
 
 
 class TesseractOCR:
     """Tesseract via pytesseract; words with confidence > `min_conf` (0..100). Pages whose longest side
     is under `min_long_side` px are enlarged to it first (None: read as given). `binarize`: one of
-    BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5).
+    BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
+    page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
 
     line_boxes: each word's box spans its text line's height (the top of the line's tallest glyph
     to the bottom of its lowest), as a PDF text layer's word boxes span the font's ascent and
@@ -149,14 +151,14 @@ class TesseractOCR:
     def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = 50.0,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, line_boxes: bool = False,
-                 binarize: str = "sauvola"):
+                 binarize: str = "sauvola", erase_rules: bool = True):
         import pytesseract
 
         if binarize not in BINARIZATIONS:
             raise ValueError(f"binarize={binarize!r} is not one of {sorted(BINARIZATIONS)}. Fix: pass one of those "
                              "('sauvola' reads blurred scans best; 'otsu' is tesseract's own default)")
         self.lang, self.psm, self.min_conf, self.binarize = lang, int(psm), float(min_conf), binarize
-        self.line_boxes = bool(line_boxes)
+        self.line_boxes, self.erase_rules = bool(line_boxes), bool(erase_rules)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -170,7 +172,7 @@ class TesseractOCR:
 
     def settings(self) -> dict:
         return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf, "min_long_side": self.min_long_side,
-                "line_boxes": self.line_boxes, "binarize": self.binarize}
+                "line_boxes": self.line_boxes, "binarize": self.binarize, "erase_rules": self.erase_rules}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -188,6 +190,8 @@ class TesseractOCR:
         if self.min_long_side is not None and max(page.size) < self.min_long_side:
             scale = self.min_long_side / max(page.size)
             page = page.resize((round(page.width * scale), round(page.height * scale)), Image.LANCZOS)
+        if self.erase_rules:
+            page = Image.fromarray(erase_ruling_lines(np.asarray(page.convert("L"))))
         data = pt.image_to_data(page, lang=self.lang, config=f"--psm {self.psm} -c thresholding_method={BINARIZATIONS[self.binarize]}", output_type=pt.Output.DICT)
         words, boxes, confs, lines = [], [], [], []
         for text, conf, x, y, w, h, *line in zip(data["text"], data["conf"], data["left"], data["top"],

@@ -37,6 +37,8 @@ class PageWords:
         self.keys = [normalise(w).casefold() for w in self.words]
         self.centres = (self.boxes[:, :2] + self.boxes[:, 2:]) / 2
         self.heights = self.boxes[:, 3] - self.boxes[:, 1]
+        # OCR reads a value box's border as "|" or "[": a word with no letter or digit holds no value
+        self.inked = np.array([any(c.isalnum() for c in w) for w in self.words], bool)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -114,7 +116,7 @@ def _unless_label(ids: list[int], words: PageWords) -> list[int]:
 def right_of(label: Sequence[int], words: PageWords) -> list[int]:
     """The words right of the label on its line, up to a wide gap; [] when they are a label."""
     x1 = words.boxes[list(label), 2].max()
-    line = np.flatnonzero(words.same_line(label) & (words.boxes[:, 0] >= x1 - 1))
+    line = np.flatnonzero(words.same_line(label) & (words.boxes[:, 0] >= x1 - 1) & words.inked)
     line = np.setdiff1d(line, label)
     if not len(line):
         return []
@@ -124,12 +126,12 @@ def right_of(label: Sequence[int], words: PageWords) -> list[int]:
 def below(label: Sequence[int], words: PageWords) -> list[int]:
     """The nearest line piece below the label that overlaps its column; [] when it is a label."""
     box = words.box(label)[0]
-    under = np.flatnonzero((words.boxes[:, 1] >= box[3] - 1) & (words.boxes[:, 0] < box[2])
+    under = np.flatnonzero(words.inked & (words.boxes[:, 1] >= box[3] - 1) & (words.boxes[:, 0] < box[2])
                            & (words.boxes[:, 2] > box[0]))
     if not len(under):
         return []
     first = int(under[np.argmin(words.boxes[under, 1])])
-    line = np.flatnonzero(words.same_line([first]))
+    line = np.flatnonzero(words.same_line([first]) & words.inked)
     start = min(_chain_left(first, line, words), key=lambda j: words.boxes[j, 0])
     return _unless_label(_chain(start, line, words), words)
 
