@@ -57,6 +57,25 @@ def test_a_value_boxs_border_read_as_a_word_is_not_the_value():
     assert field_value(label_runs("Total", words)[0], words) == [6, 7]
 
 
+def test_a_skewed_scan_keeps_a_label_and_its_value_on_one_line():
+    # a ruled two-column form turned 2 degrees: each value sits 8 px lower than its label 240 px to its left
+    from dociq.inference.form_links import skew_slope
+
+    slope = np.tan(np.radians(2.0))
+    labels = ["Email:", "Relationship:", "Amount:", "City:", "State:", "Phone:"]
+    values = ["a@b.org", "Parent", "30.14", "Leeds", "Yorkshire", "0113"]
+    words, boxes = [], []
+    for k, (label, value) in enumerate(zip(labels, values)):
+        for x0, x1, text in ((20, 120, label), (260, 330, value)):
+            y0 = 100 + 24 * k + slope * (x0 + x1) / 2
+            words.append(text)
+            boxes.append([x0, y0, x1, y0 + 10])
+    page = PageWords(words, np.array(boxes))
+    assert abs(skew_slope(page.boxes) - slope) < 0.004
+    assert [field_value(label_runs(label.rstrip(":"), page)[0], page) for label in labels] == [[1], [3], [5], [7], [9], [11]]
+    assert skew_slope(BOXES) == 0.0                  # a level page stays level
+
+
 def test_the_decoder_chooses_the_value_and_the_words_set_its_extent(words):
     """A mask on a value beside or below the label is answered with that value's box, a few
     pixels wider or narrower as the decoder paints it or not."""

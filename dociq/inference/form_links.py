@@ -23,6 +23,8 @@ from dociq.models.word_snap import pixel_boxes, word_members
 
 # A gap wider than this x the word height ends a value (text_blocks' rule).
 GAP_FACTOR = 1.5
+# A scan's skew, as the slope of its text lines: looked for up to 3 degrees, ignored under 0.15.
+MAX_SKEW, MIN_SKEW = 0.052, 0.0026
 # The phrasing of a field question (dociq.data.synthetic.questions) and its quoted label.
 _LINK = re.compile(r"value\s+(?:that\s+)?(?:belongs\s+to|of|for)\s+the\s+field\s+"
                    r"(?:\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d|\"([^\"]+)\"|'([^']+)')", re.IGNORECASE)
@@ -37,6 +39,9 @@ class PageWords:
         self.keys = [normalise(w).casefold() for w in self.words]
         self.centres = (self.boxes[:, :2] + self.boxes[:, 2:]) / 2
         self.heights = self.boxes[:, 3] - self.boxes[:, 1]
+        # tops and bottoms with the scan's skew taken out, so that a line is level across the page
+        rise = skew_slope(self.boxes) * self.centres[:, 0]
+        self.tops, self.bottoms = self.boxes[:, 1] - rise, self.boxes[:, 3] - rise
         # OCR reads a value box's border as "|" or "[": a word with no letter or digit holds no value
         self.inked = np.array([any(c.isalnum() for c in w) for w in self.words], bool)
 
@@ -69,10 +74,30 @@ class PageWords:
 
     def same_line(self, ids: Sequence[int]) -> np.ndarray:
         """bool [N]: words overlapping the band of `ids` vertically by half the shorter height."""
-        y0, y1 = self.boxes[list(ids), 1].min(), self.boxes[list(ids), 3].max()
-        overlap = np.minimum(self.boxes[:, 3], y1) - np.maximum(self.boxes[:, 1], y0)
+        y0, y1 = self.tops[list(ids)].min(), self.bottoms[list(ids)].max()
+        overlap = np.minimum(self.bottoms, y1) - np.maximum(self.tops, y0)
         shorter = np.maximum(np.minimum(self.heights, y1 - y0), 1.0)
         return overlap / shorter >= 0.5
+
+
+def skew_slope(boxes: np.ndarray) -> float:
+    """The slope (dy / dx) of a page's text lines, 0 for a level page: the most common slope between
+    words of one line — pairs at least two word heights apart whose centres rise by at most
+    MAX_SKEW of their distance; slopes under MIN_SKEW count as level."""
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    centres = (boxes[:, :2] + boxes[:, 2:]) / 2
+    heights = boxes[:, 3] - boxes[:, 1]
+    dx = centres[None, :, 0] - centres[:, None, 0]
+    dy = centres[None, :, 1] - centres[:, None, 1]
+    near = np.minimum(heights[:, None], heights[None, :])
+    pairs = (dx >= 2 * near) & (np.abs(dy) <= MAX_SKEW * dx + 0.25 * near)
+    if pairs.sum() < 5:
+        return 0.0
+    slopes, weights = dy[pairs] / dx[pairs], dx[pairs]
+    counts, edges = np.histogram(slopes, bins=40, range=(-MAX_SKEW - 0.01, MAX_SKEW + 0.01), weights=weights)
+    peak = (edges[counts.argmax()] + edges[counts.argmax() + 1]) / 2
+    slope = float(np.median(slopes[np.abs(slopes - peak) <= 0.004]))
+    return slope if abs(slope) >= MIN_SKEW else 0.0
 
 
 def link_label(question: str) -> str | None:
@@ -126,11 +151,11 @@ def right_of(label: Sequence[int], words: PageWords) -> list[int]:
 def below(label: Sequence[int], words: PageWords) -> list[int]:
     """The nearest line piece below the label that overlaps its column; [] when it is a label."""
     box = words.box(label)[0]
-    under = np.flatnonzero(words.inked & (words.boxes[:, 1] >= box[3] - 1) & (words.boxes[:, 0] < box[2])
+    under = np.flatnonzero(words.inked & (words.tops >= words.bottoms[list(label)].max() - 1) & (words.boxes[:, 0] < box[2])
                            & (words.boxes[:, 2] > box[0]))
     if not len(under):
         return []
-    first = int(under[np.argmin(words.boxes[under, 1])])
+    first = int(under[np.argmin(words.tops[under])])
     line = np.flatnonzero(words.same_line([first]) & words.inked)
     start = min(_chain_left(first, line, words), key=lambda j: words.boxes[j, 0])
     return _unless_label(_chain(start, line, words), words)
