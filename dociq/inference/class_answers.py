@@ -26,7 +26,7 @@ import numpy as np
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import leader_words
-from dociq.models.word_snap import field_units, field_values, pixel_boxes
+from dociq.models.word_snap import field_units, field_values, form_page, pixel_boxes
 
 # Regions whose extent is drawn, not set by their words: their answer stays the decoder's (a
 # table's rules, a figure's picture). Code listings are units: the classifier's units scored 59-62
@@ -68,10 +68,12 @@ def named_class(question: str, phrasings: dict[str, tuple[str, bool]] = QUESTION
 
 
 def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: Sequence[str]) -> list[list[int]]:
-    """The page's text units: each block cut into its fields and cells (`field_units`)."""
+    """The page's text units: each block cut into its fields and cells (`field_units`); on a form
+    (`form_page`) every label is a unit of its own, apart from its value."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     values, leaders = field_values(boxes, words), leader_words(words, len(boxes))
-    return [unit for block in blocks for unit in field_units(block, boxes, words, values, leaders)]
+    form = True if form_page(boxes, words) else None
+    return [unit for block in blocks for unit in field_units(block, boxes, words, values, leaders, form)]
 
 
 def best_units(score: np.ndarray, one: bool) -> list[int]:

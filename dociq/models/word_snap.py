@@ -47,6 +47,11 @@ LABEL_GAP = 0.6
 CELL_GAP = 0.8
 # A block with at least this many words ending in ':' is a form's fields: each such word is a label.
 FORM_LABELS = 2
+# A page with at least this many lines that open with a label (a word ending in ':' among their
+# first LABEL_LEAD words), labels being LABEL_SHARE of its words or more, is a form: each label on
+# it ends a unit, a lone "Name: Ada" block too. (Labels are a fifth of a browser-printed form's
+# words, median; one in a hundred of a manual's, and above 8 % on 1-2 % of its pages.)
+FORM_PAGE_LABELS, LABEL_LEAD, LABEL_SHARE = 4, 3, 0.08
 # A drawing is a picture (a click on it means it) when words cover less than this share of its box;
 # a frame or shading around text holds more (0.2 still took the Debian handbook's example boxes).
 PICTURE_TEXT = 0.05
@@ -407,8 +412,20 @@ def _numbered_pieces(pieces: list[list[int]], word_boxes: np.ndarray, numbering:
     return out
 
 
+def form_page(word_boxes: np.ndarray, words: Sequence[str] | None) -> bool:
+    """Whether the page is a form: FORM_PAGE_LABELS or more of its line pieces (`group_lines`) open
+    with a label, a word ending in ':' among their first LABEL_LEAD words, and labels are at least
+    LABEL_SHARE of its words."""
+    if words is None or not len(words) or sum(str(w).endswith(":") for w in words) < LABEL_SHARE * len(words):
+        return False
+    pieces = group_lines(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4))
+    led = sum(any(str(words[k]).endswith(":") for k in piece[:LABEL_LEAD]) for piece in pieces)
+    return led >= FORM_PAGE_LABELS
+
+
 def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[str] | None,
-                values: np.ndarray | None = None, leaders: np.ndarray | None = None) -> list[list[int]]:
+                values: np.ndarray | None = None, leaders: np.ndarray | None = None,
+                form: bool | None = None) -> list[list[int]]:
     """A text block as the units a mask is completed to: the block itself, or — on a form or a
     table, where a line holds several fields or cells — each label, value and cell.
 
@@ -419,7 +436,9 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
     under it and holds no label (a value over two lines), unless it is a field's value (`values`,
     bool [K] from `field_values`: its label is in another block). Leader dots (`leaders`, bool [K]
     from `text_blocks.leader_words`, found here when not given) open no gap, and neither does the
-    space after a line's number ("5.3", "3.", "•") when one piece of text follows it on the line."""
+    space after a line's number ("5.3", "3.", "•") when one piece of text follows it on the line.
+    `form`: the block is on a form (`form_page`), so each label ends a unit; None: the block is a
+    form's fields when it holds FORM_LABELS labels or more."""
     ids_all = list(block)
     colons = 0 if words is None else sum(str(words[k]).endswith(":") for k in ids_all)
     values = np.zeros(len(word_boxes), bool) if values is None else values
@@ -432,7 +451,7 @@ def field_units(block: Sequence[int], word_boxes: np.ndarray, words: Sequence[st
         pieces = _numbered_pieces(pieces, word_boxes, numbering)
     if not colons and not values[ids_all].any() and len(pieces) == len(group_lines(word_boxes[ids_all], marks=marks)):
         return [ids_all]                               # a paragraph: no labels, no cells
-    form = colons >= FORM_LABELS                       # several labels: a form, whatever the spacing
+    form = colons >= FORM_LABELS if form is None else (form and colons > 0)   # several labels: a form
     units: list[list[int]] = []
     previous = None                                    # x0, y0, x1, y1 of the last piece
     for ids in pieces:

@@ -120,6 +120,23 @@ def test_a_forms_labels_and_values_are_completed_apart():
     assert field_units(list(range(6)), lines, prose) == [list(range(6))]
 
 
+def test_on_a_form_page_a_lone_field_is_cut_at_its_label():
+    from dociq.models.word_snap import field_units, form_page
+
+    # six fields "Label: value", each a block of its own, a space after its label
+    fields = [("Name:", "Kim"), ("Phone:", "0113"), ("City:", "Leeds"), ("Total:", "30.14"), ("Fax:", "0114"), ("Date:", "Jan")]
+    words = [w for field in fields for w in field]
+    boxes = np.array([[x0, 20 * k, x0 + 30, 20 * k + 10] for k in range(len(fields)) for x0 in (10, 43)], float)
+    assert form_page(boxes, words)
+    block = [0, 1]
+    assert field_units(block, boxes, words) == [[0, 1]]                  # alone, a block keeps its one label
+    assert field_units(block, boxes, words, form=True) == [[0], [1]]     # on a form, the label ends a unit
+    # prose with a few "Note:"-lines is not a form: its labels are too few a share of its words
+    prose = words + ["lorem"] * 200
+    prose_boxes = np.concatenate([boxes, np.tile([[10, 200, 40, 210]], (200, 1))])
+    assert not form_page(prose_boxes, prose)
+
+
 def test_a_mask_that_brushes_one_word_of_a_small_block_does_not_complete_it():
     from dociq.models.word_snap import snap_to_blocks
 
