@@ -1,13 +1,14 @@
-"""How many of a page's words tesseract reads back, per binarization, on clean or scanned corpus pages.
+"""How many of a page's words tesseract reads back, per binarization and with or without the page's
+ruling lines erased, on clean or scanned corpus pages.
 
     python scripts/bench_ocr.py --corpus data/forms_html --split all --pages 20 --scan
     python scripts/bench_ocr.py --corpus data/corpus --split val --pages 16 [--scan]
 
-Each page's text-layer words are the truth; a binarization's recall is the share of them (normalised,
-case-folded, counted with repeats) among the words `TesseractOCR(binarize=...)` reads from the page's
-image — degraded first with `--scan`, as `dociq eval --scan` degrades it (same seed, same scan).
-Pages are spread evenly over the split. Prints one row per binarization: mean recall, pages read
-at under 20 %, and seconds per page (all binarizations run on the same pages in the same process).
+Each page's text-layer words are the truth; a setting's recall is the share of them (normalised,
+case-folded, counted with repeats) among the words `TesseractOCR(binarize=..., erase_rules=...)`
+reads from the page's image — degraded first with `--scan`, as `dociq eval --scan` degrades it (same
+seed, same scan). Pages are spread evenly over the split. Prints one row per setting: mean recall,
+pages read at under 20 %, and seconds per page (every setting reads the same pages in one process).
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def main() -> None:
     args = p.parse_args()
     pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split)
     picked = np.unique(np.linspace(0, len(pages) - 1, min(args.pages, len(pages))).round().astype(int))
-    readers = {name: TesseractOCR(binarize=name) for name in args.binarize}
+    readers = {f"{name}{' + rules erased' if erase else ''}": TesseractOCR(binarize=name, erase_rules=erase)
+               for name in args.binarize for erase in (False, True)}
     recall, seconds = {n: [] for n in readers}, Counter()
     for index in picked:
         page = pages[int(index)]
@@ -53,9 +55,9 @@ def main() -> None:
             read = reader.recognise(image).words
             seconds[name] += time.perf_counter() - start
             recall[name].append(word_recall(page.words, read))
-    print(f"{args.corpus} ({args.split}), {len(recall[args.binarize[0]])} pages, "
+    print(f"{args.corpus} ({args.split}), {len(next(iter(recall.values())))} pages, "
           f"{'scanned' if args.scan else 'clean'}")
-    print("| binarize | word recall | pages under 20 % | s / page |\n|---|---|---|---|")
+    print("| tesseract reads with | word recall | pages under 20 % | s / page |\n|---|---|---|---|")
     for name in readers:
         r = np.asarray(recall[name])
         print(f"| {name} | {r.mean():.3f} | {(r < 0.2).sum()} | {seconds[name] / max(len(r), 1):.2f} |")

@@ -1,8 +1,8 @@
 """Erase a page's ruling lines (a table's rules, a form's boxes and underlines) before OCR.
 
-Tesseract reads a ruled table as a picture: on 40 scanned browser-printed forms whose fields sit
-in a ruled table it read back 55 % of the words, and 95 % with the rules erased; pages without
-long rules read the same either way (docs/finetune.md, "Scanned forms: a local threshold, rules
+Tesseract reads a ruled table as a picture: on the scanned browser-printed forms whose fields sit in
+a ruled table it read back 55 % of the words, and 95 % with the rules erased (a 20-page sample);
+pages without long rules read about the same either way (docs/finetune.md, "Scanned forms: a local threshold, rules
 erased"). A rule is a run of dark pixels longer than a sixth of the page's width (across) or a
 tenth of its height (down) and thinner than 1/200 of its long side; letters, even bold ones
 blurred together, make no such run.
