@@ -146,7 +146,7 @@ FORM_FIELDS = [("Full name:", "Stacey Padilla"), ("Employer:", "Pearson Group"),
 def scanned_form(seed: int) -> np.ndarray:
     """An office form at ~90 dpi (13-px DejaVu, values in ruled boxes) as a scanner hands it over:
     skewed 1.4 degrees, blurred, with sensor noise."""
-    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+    from PIL import Image, ImageDraw, ImageFont
 
     from dociq.data.synthetic.fonts import font_path
 
@@ -158,24 +158,22 @@ def scanned_form(seed: int) -> np.ndarray:
         draw.text((75, y), label, font=font, fill=40)
         draw.rectangle((320, y - 5, 660, y + 17), outline=60)
         draw.text((326, y), value, font=font, fill=30)
-    page = page.rotate(-1.4, resample=Image.BILINEAR, fillcolor=255).filter(ImageFilter.GaussianBlur(0.7))
-    grey = np.asarray(page, np.float32) + np.random.default_rng(seed).normal(0, 5, (1024, 724))
+    return as_scanned(page, -1.4, 0.7, 5, seed)
+
+
+def as_scanned(page, angle: float, blur: float, noise: float, seed: int) -> np.ndarray:
+    """uint8 [H, W, 3]: a grey PIL page turned `angle` degrees, blurred and given sensor noise."""
+    from PIL import Image, ImageFilter
+
+    page = page.rotate(angle, resample=Image.BILINEAR, fillcolor=255).filter(ImageFilter.GaussianBlur(blur))
+    grey = np.asarray(page, np.float32) + np.random.default_rng(seed).normal(0, noise, page.size[::-1])
     return np.repeat(np.clip(grey, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
-
-
-@needs_tesseract
-@pytest.mark.parametrize("seed", [0, 1])
-def test_tesseract_reads_a_blurred_noisy_scan_of_a_form(seed):
-    # tesseract's own global threshold reads 14-22 % of these words; the default local one ~90 %
-    truth = " ".join(label + " " + value for label, value in FORM_FIELDS).split()
-    read = TesseractOCR().recognise(scanned_form(seed)).words
-    assert sum(word in read for word in truth) >= 0.8 * len(truth), read
 
 
 def scanned_table_form(seed: int, rules: bool = True) -> np.ndarray:
     """The same fields as a ruled label | value table (serif, bold labels, 23-px rows, a grey header
     row), skewed 1 degree and blurred: the table tesseract reads as a picture unless its rules go."""
-    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+    from PIL import Image, ImageDraw, ImageFont
 
     from dociq.data.synthetic.fonts import font_path
 
@@ -192,17 +190,18 @@ def scanned_table_form(seed: int, rules: bool = True) -> np.ndarray:
             draw.line((52, top + row * (k + 1), 666, top + row * (k + 1)), fill=0)
     for x in (52, 266, 666) if rules else ():
         draw.line((x, top - row, x, top + row * len(FORM_FIELDS)), fill=0)
-    page = page.rotate(-1.0, resample=Image.BILINEAR, fillcolor=255).filter(ImageFilter.GaussianBlur(0.5))
-    grey = np.asarray(page, np.float32) + np.random.default_rng(seed).normal(0, 4, (1024, 724))
-    return np.repeat(np.clip(grey, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
+    return as_scanned(page, -1.0, 0.5, 4, seed)
 
 
 @needs_tesseract
 @pytest.mark.parametrize("seed", [0, 1])
-def test_tesseract_reads_a_scanned_ruled_table(seed):
-    # with the rules left in, tesseract reads 6-7 of these 37 words
+@pytest.mark.parametrize("scan", [
+    "scanned_form",            # tesseract's own global threshold reads 14-22 % of its words; the default ~90 %
+    "scanned_table_form",      # with the rules left in, tesseract reads 6-7 of its 37 words
+])
+def test_tesseract_reads_a_blurred_noisy_scan_of_a_form(scan, seed):
     truth = " ".join(label + " " + value for label, value in FORM_FIELDS).split()
-    read = TesseractOCR().recognise(scanned_table_form(seed)).words
+    read = TesseractOCR().recognise(globals()[scan](seed)).words
     assert sum(word in read for word in truth) >= 0.8 * len(truth), read
 
 
