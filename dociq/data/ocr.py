@@ -3,8 +3,8 @@
 - `groundtruth`: the words stored with the annotation (data sets read them; no backend object).
 - `PdfTextLayer`: the text layer of a born-digital PDF (read by `dociq.data.pdf`), boxes in pixels
   of the page rendered at `dpi`; it renders the page image too, so image and words always agree.
-- `TesseractOCR`: pytesseract `image_to_data` over Debian's `tesseract-ocr`, words with
-  confidence above `min_conf`.
+- `TesseractOCR`: tesseract's hOCR (pytesseract over Debian's `tesseract-ocr`), words with
+  confidence above `min_conf`, their boxes as tall as the font (`hocr_words`).
 
 Results are cached per page on disk (`OcrCache`): the key is the content hash of the image or
 PDF page plus the backend name and its settings, the value a JSON file written atomically.
@@ -131,6 +131,8 @@ OCR_MIN_LONG_SIDE = 2048
 # it read 82 % of the words against 65 % and no page came back empty; on 12 scanned corpus pages it
 # read 68 % against 72 % (docs/finetune.md, "Scanned forms: a local threshold, rules erased").
 BINARIZATIONS = {"otsu": 0, "leptonica-otsu": 1, "sauvola": 2}
+# TesseractOCR's word_boxes: the heights a word's box can take.
+WORD_BOXES = ("font", "ink", "line")
 
 
 class TesseractOCR:
@@ -139,26 +141,31 @@ class TesseractOCR:
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
     page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
 
-    line_boxes: each word's box spans its text line's height (the top of the line's tallest glyph
-    to the bottom of its lowest), as a PDF text layer's word boxes span the font's ascent and
-    descent (tesseract's glyph-tight boxes are 0.78 of the text layer's height, median over 3,108
-    words of 10 held-out corpus pages; 1.01 with line boxes). Off by default: on the recipe's
-    checkpoint it moved `dociq segment`'s AP on OCR'd held-out pages from 5.8 to 6.7 but scanned
-    articles' layout questions from 27.2 to 25.1 (docs/segment.md, "Quality of what it writes")."""
+    word_boxes: how tall a word's box is. "font" (default): the font's height on the word's text
+    line, from its baseline down to the line's descenders and up by its row height (tesseract's hOCR
+    `baseline`, `x_size`, `x_descenders`), as a PDF text layer's boxes span the font's ascent and
+    descent whatever the letters; "ink": tesseract's glyph-tight box; "line": the top of the line's
+    tallest glyph to the bottom of its lowest. Against the text layer's boxes of the same words on
+    scanned pages (mean IoU; 6 corpus pages, 1,859 words / 6 browser-printed forms, 441 words) ink
+    boxes score 0.67 / 0.72, line boxes 0.82 / 0.79, font boxes 0.83 / 0.85 (docs/finetune.md,
+    "Word boxes as tall as the font")."""
 
     name = "tesseract"
 
     def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = 50.0,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
-                 min_long_side: int | None = OCR_MIN_LONG_SIDE, line_boxes: bool = False,
+                 min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
                  binarize: str = "sauvola", erase_rules: bool = True):
         import pytesseract
 
         if binarize not in BINARIZATIONS:
             raise ValueError(f"binarize={binarize!r} is not one of {sorted(BINARIZATIONS)}. Fix: pass one of those "
                              "('sauvola' reads blurred scans best; 'otsu' is tesseract's own default)")
+        if word_boxes not in WORD_BOXES:
+            raise ValueError(f"word_boxes={word_boxes!r} is not one of {WORD_BOXES}. Fix: pass one of those "
+                             "('font' spans the font's height, as a PDF text layer's boxes do)")
         self.lang, self.psm, self.min_conf, self.binarize = lang, int(psm), float(min_conf), binarize
-        self.line_boxes, self.erase_rules = bool(line_boxes), bool(erase_rules)
+        self.word_boxes, self.erase_rules = word_boxes, bool(erase_rules)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -172,7 +179,7 @@ class TesseractOCR:
 
     def settings(self) -> dict:
         return {"lang": self.lang, "psm": self.psm, "min_conf": self.min_conf, "min_long_side": self.min_long_side,
-                "line_boxes": self.line_boxes, "binarize": self.binarize, "erase_rules": self.erase_rules}
+                "word_boxes": self.word_boxes, "binarize": self.binarize, "erase_rules": self.erase_rules}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -192,31 +199,67 @@ class TesseractOCR:
             page = page.resize((round(page.width * scale), round(page.height * scale)), Image.LANCZOS)
         if self.erase_rules:
             page = Image.fromarray(erase_ruling_lines(np.asarray(page.convert("L"))))
-        data = pt.image_to_data(page, lang=self.lang, config=f"--psm {self.psm} -c thresholding_method={BINARIZATIONS[self.binarize]}", output_type=pt.Output.DICT)
-        words, boxes, confs, lines = [], [], [], []
-        for text, conf, x, y, w, h, *line in zip(data["text"], data["conf"], data["left"], data["top"],
-                                                 data["width"], data["height"], data["block_num"],
-                                                 data["par_num"], data["line_num"]):
-            text = str(text).strip()
-            if text and float(conf) > self.min_conf:
-                words.append(text)
-                boxes.append([x, y, x + w, y + h])
-                confs.append(float(conf))
-                lines.append(tuple(line))
+        hocr = pt.image_to_pdf_or_hocr(page, lang=self.lang, extension="hocr",
+                                       config=f"--psm {self.psm} -c thresholding_method={BINARIZATIONS[self.binarize]}")
+        words, boxes, confs = [], [], []
+        for word in hocr_words(hocr):
+            if word.text and word.confidence > self.min_conf:
+                words.append(word.text)
+                boxes.append(getattr(word, self.word_boxes))
+                confs.append(word.confidence)
         boxes = np.array(boxes, np.float32).reshape(-1, 4)
-        if self.line_boxes:
-            boxes = to_line_height(boxes, lines)
         return OcrWords(words, boxes / scale, image.shape[:2], np.array(confs, np.float32))
 
 
-def to_line_height(boxes: np.ndarray, lines: list) -> np.ndarray:
-    """Word boxes [N, 4] whose top and bottom become those of their line (`lines`: a line id per word)."""
-    out = boxes.copy()
-    number: dict = {}
-    ids = np.array([number.setdefault(line, len(number)) for line in lines], np.int64)
-    for k in range(len(number)):
-        on = ids == k
-        out[on, 1], out[on, 3] = boxes[on, 1].min(), boxes[on, 3].max()
+@dataclass
+class HocrWord:
+    """One word of tesseract's hOCR: its text, confidence and three boxes (x0, y0, x1, y1), see
+    `TesseractOCR`'s word_boxes."""
+
+    text: str
+    confidence: float
+    ink: list[float]
+    line: list[float]
+    font: list[float]
+
+
+def _title(element) -> dict[str, list[float]]:
+    """hOCR's title properties: "bbox 1 2 3 4; x_wconf 96" -> {"bbox": [1, 2, 3, 4], "x_wconf": [96]}."""
+    props = {}
+    for part in element.get("title", "").split(";"):
+        if not part.strip():
+            continue
+        name, *values = part.split()
+        try:
+            props[name] = [float(v) for v in values]
+        except ValueError:                               # "image" and other non-numeric properties
+            continue
+    return props
+
+
+def hocr_words(hocr: bytes | str) -> list[HocrWord]:
+    """The words of a tesseract hOCR page in reading order, each with its ink, line and font boxes."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(hocr)
+    out = []
+    for line in root.iter():
+        props = _title(line)
+        words = [w for w in line if w.get("class") == "ocrx_word"]
+        if not words or "bbox" not in props:
+            continue
+        lx0, ly0, lx1, ly1 = props["bbox"]
+        slope, offset = (props.get("baseline") or [0.0, 0.0])[:2]
+        size = (props.get("x_size") or [0.0])[0]
+        descent = (props.get("x_descenders") or [0.0])[0]
+        for word in words:
+            wprops = _title(word)
+            x0, y0, x1, y1 = wprops["bbox"]
+            bottom = ly1 + offset + slope * ((x0 + x1) / 2 - lx0) + descent
+            # a line without its metrics, or whose font box misses the word's ink, keeps the ink box
+            font = [x0, bottom - size, x1, bottom] if size > 0 and bottom - size < y1 and bottom > y0 else [x0, y0, x1, y1]
+            out.append(HocrWord("".join(word.itertext()).strip(), (wprops.get("x_wconf") or [0.0])[0],
+                                [x0, y0, x1, y1], [x0, ly0, x1, ly1], font))
     return out
 
 

@@ -3,16 +3,17 @@
 Tesseract reads a ruled table as a picture: on the scanned browser-printed forms whose fields sit in
 a ruled table it read back 55 % of the words, and 95 % with the rules erased (a 20-page sample);
 pages without long rules read about the same either way (docs/finetune.md, "Scanned forms: a local threshold, rules
-erased"). A rule is a run of dark pixels longer than a sixth of the page's width (across) or a
-tenth of its height (down) and thinner than 1/200 of its long side; letters, even bold ones
-blurred together, make no such run.
+erased"). A rule is a run of dark pixels longer than an eighth of the page's long side (across)
+or a tenth of it (down) and thinner than 1/200 of it; letters, even bold ones blurred together,
+make no such run. Lengths are of the long side, not of the side they run along, so that in a
+short strip (a cropped line of text) a letter's stem is no rule.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy import ndimage
 
-MIN_ACROSS, MIN_DOWN, MAX_THICKNESS = 1 / 6, 1 / 10, 1 / 200
+MIN_ACROSS, MIN_DOWN, MAX_THICKNESS = 1 / 8, 1 / 10, 1 / 200
 # A rule skewed by a scan breaks into runs of thickness / tan(skew) pixels: runs this much of the
 # page are found first, then kept where they join into a line of the length above.
 PIECE = 1 / 40
@@ -43,11 +44,11 @@ def _long_lines(ink: np.ndarray, piece: int, length: int, thick: int, axis: int)
 
 def ruling_lines(grey: np.ndarray) -> np.ndarray:
     """bool [H, W]: the pixels of long thin horizontal and vertical lines of a uint8 grey page."""
-    height, width = grey.shape
+    long_side = max(grey.shape)
     ink = grey < otsu_threshold(grey)
-    thick = max(round(max(height, width) * MAX_THICKNESS), 3)
-    across = _long_lines(ink, max(round(width * PIECE), 8), round(width * MIN_ACROSS), thick, axis=1)
-    down = _long_lines(ink, max(round(height * PIECE), 8), round(height * MIN_DOWN), thick, axis=0)
+    thick, piece = max(round(long_side * MAX_THICKNESS), 3), max(round(long_side * PIECE), 8)
+    across = _long_lines(ink, piece, round(long_side * MIN_ACROSS), thick, axis=1)
+    down = _long_lines(ink, piece, round(long_side * MIN_DOWN), thick, axis=0)
     return across | down
 
 

@@ -222,35 +222,80 @@ def test_ruling_lines_are_the_rules_not_the_letters():
     assert not ruling_lines(scanned_form(0)[..., 0][:, :300]).any()
 
 
+def test_a_strip_of_large_text_has_no_ruling_line():
+    """In a cropped line of text a letter's stem is taller than a tenth of the strip: still no rule."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from dociq.data.ruling_lines import ruling_lines
+    from dociq.data.synthetic.fonts import font_path
+
+    strip = Image.new("L", (600, 120), 255)
+    ImageDraw.Draw(strip).text((40, 50), "NAME  2024  gladly", font=ImageFont.truetype(str(font_path("sans", "regular")), 24), fill=0)
+    assert not ruling_lines(np.asarray(strip)).any()
+
+
 def test_tesseract_rejects_an_unknown_binarization():
     with pytest.raises(ValueError, match="binarize='adaptive'.*sauvola"):
         TesseractOCR(binarize="adaptive")
 
 
-def test_words_of_a_line_take_the_lines_height():
-    from dociq.data.ocr import to_line_height
+HOCR = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" "http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">
+<html xmlns="http://www.w3.org/1999/xhtml"><body><div class='ocr_page' title='image ""; bbox 0 0 400 200; ppageno 0'>
+ <span class='ocr_line' title="bbox 10 20 200 44; baseline 0.01 -6; x_size 30; x_descenders 6; x_ascenders 7">
+  <span class='ocrx_word' title='bbox 10 22 60 38; x_wconf 96'>NAME</span>
+  <span class='ocrx_word' title='bbox 70 20 200 44; x_wconf 91'><strong>Ada&amp;Co</strong></span>
+ </span>
+ <span class='ocr_caption' title="bbox 10 60 90 70">
+  <span class='ocrx_word' title='bbox 10 60 90 70; x_wconf 40'>tiny</span>
+ </span></div></body></html>"""
 
-    boxes = np.array([[0, 12, 20, 22], [25, 8, 50, 22], [55, 12, 70, 26],     # "an", "All", "gy" on one line
-                      [0, 40, 30, 52]], np.float32)                           # the next line
-    out = to_line_height(boxes, [(1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 2)])
-    np.testing.assert_array_equal(out[:3, [1, 3]], [[8, 26]] * 3)
-    np.testing.assert_array_equal(out[3], boxes[3])
-    np.testing.assert_array_equal(out[:, [0, 2]], boxes[:, [0, 2]])           # widths unchanged
+
+def test_hocr_words_are_as_tall_as_their_lines_font():
+    from dociq.data.ocr import hocr_words
+
+    name, ada, tiny = hocr_words(HOCR)
+    assert [w.text for w in (name, ada, tiny)] == ["NAME", "Ada&Co", "tiny"]
+    assert [w.confidence for w in (name, ada, tiny)] == [96, 91, 40]
+    assert name.ink == [10, 22, 60, 38] and name.line == [10, 20, 60, 44]
+    # baseline at the word's centre: the line's bottom 44, offset -6, slope 0.01 over 25 px -> 38.25;
+    # the font reaches 6 below it and 30 up from there, whatever the letters ("NAME" has no descender)
+    np.testing.assert_allclose(name.font, [10, 14.25, 60, 44.25])
+    np.testing.assert_allclose(ada.font, [70, 15.25, 200, 45.25])
+    assert tiny.font == tiny.ink                         # a line without font metrics keeps the ink box
+
+
+def test_tesseract_rejects_an_unknown_word_box():
+    with pytest.raises(ValueError, match="word_boxes='tight'.*font"):
+        TesseractOCR(word_boxes="tight")
 
 
 @needs_tesseract
-def test_tesseract_line_boxes_share_their_lines_top_and_bottom(pdf_path):
-    image, truth = PdfTextLayer(dpi=144).read(pdf_path)
-    tight = TesseractOCR().recognise(image)
-    lined = TesseractOCR(line_boxes=True).recognise(image)
-    assert lined.words == tight.words and len(lined.words) >= 4
-    np.testing.assert_array_equal(lined.boxes[:, [0, 2]], tight.boxes[:, [0, 2]])
-    heights = lined.boxes[:, 3] - lined.boxes[:, 1]
-    assert (heights >= tight.boxes[:, 3] - tight.boxes[:, 1]).all()
-    by_top = {}
-    for box in lined.boxes:
-        by_top.setdefault(round(float(box[1]), 2), set()).add(round(float(box[3]), 2))
-    assert len(by_top) < len(lined.words) and all(len(bottoms) == 1 for bottoms in by_top.values())
+def test_tesseract_font_boxes_span_the_lines_ascenders_and_descenders():
+    """A word without ascenders or descenders ("NAME", "2024") gets the height of the font on its
+    line, as a text layer's boxes span the font's ascent and descent whatever the letters."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from dociq.data.synthetic.fonts import font_path
+
+    font = ImageFont.truetype(str(font_path("sans", "regular")), 40)
+    page = Image.new("RGB", (900, 160), "white")
+    ImageDraw.Draw(page).text((40, 50), "NAME  2024  gladly", fill="black", font=font)
+    ascent, descent = font.getmetrics()
+    layer = (50, 50 + ascent + descent)                    # the text layer's top and bottom
+    image = np.asarray(page)
+    ink = TesseractOCR(word_boxes="ink", min_long_side=None).recognise(image)
+    tall = TesseractOCR(min_long_side=None).recognise(image)
+    assert tall.words == ink.words == ["NAME", "2024", "gladly"]
+    np.testing.assert_array_equal(tall.boxes[:, [0, 2]], ink.boxes[:, [0, 2]])
+    assert (ink.boxes[:2, 3] < ink.boxes[2, 3] - 6).all()    # glyph-tight: caps end above the descender
+    # one top and one bottom for the line, holding its ink, nearer the text layer's than the ink's
+    assert np.ptp(tall.boxes[:, 1]) == 0 and np.ptp(tall.boxes[:, 3]) == 0
+    assert tall.boxes[0, 1] <= ink.boxes[:, 1].min() and tall.boxes[0, 3] >= ink.boxes[:, 3].max() - 1
+
+    def overlap(box) -> float:
+        return (min(box[3], layer[1]) - max(box[1], layer[0])) / (max(box[3], layer[1]) - min(box[1], layer[0]))
+    assert all(overlap(t) > overlap(k) + 0.1 for t, k in zip(tall.boxes[:2], ink.boxes[:2]))
 
 
 # ---------------------------------------------------------------------------------------------
