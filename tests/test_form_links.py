@@ -45,7 +45,33 @@ def test_the_value_is_right_of_the_label_else_on_the_line_below(words):
 def test_a_label_misread_by_one_letter_is_still_found(words):
     assert label_runs("Address", words) == [[3]]
     assert field_value([3], words) == [4, 5, 6, 7]
-    assert label_runs("Nome", words) == []          # short words must match exactly: one edit makes another word
+    assert label_runs("Note", words) == []          # two letters of four: another word, not a misread
+
+
+def _page(rows):
+    """PageWords from (text, x0, y0, x1) rows, 12 px tall."""
+    return PageWords([r[0] for r in rows], np.array([[x0, y0, x1, y0 + 12] for _, x0, y0, x1 in rows], np.float64))
+
+
+def test_a_label_that_ocr_misread_merged_or_wrapped_is_found():
+    page = _page([("PAX:", 10, 10, 40), ("0113", 60, 10, 90),                          # "FAX:", F read as P
+                  ("Hoursper", 10, 40, 70), ("week:", 74, 40, 100), ("37.5", 120, 40, 140),   # two words read as one
+                  ("Date", 10, 70, 34), ("of", 38, 70, 48), ("1983-03-01", 120, 70, 180),     # a label wrapped in its cell
+                  ("birth:", 10, 84, 40),
+                  ("Tax", 10, 110, 30), ("1D:", 34, 110, 50), ("160-65", 120, 110, 160)])
+    assert label_runs("FAX", page)[0] == [0] and field_value([0], page) == [1]     # "Tax" is one letter off too
+    assert label_runs("Hours per week", page) == [[2, 3]] and field_value([2, 3], page) == [4]
+    assert label_runs("Date of birth", page) == [[5, 6, 8]] and field_value([5, 6, 8], page) == [7]
+    assert label_runs("Tax ID", page) == [[9, 10]] and field_value([9, 10], page) == [11]
+    assert label_runs("Employer", page) == []
+
+
+def test_a_label_that_ends_another_label_is_asked_last():
+    # "Date:" is a label of its own; "Start date:" ends with the same word
+    page = _page([("Start", 10, 10, 40), ("date:", 44, 10, 74), ("18", 120, 10, 132), ("Nov", 136, 10, 156),
+                  ("Date:", 10, 40, 40), ("06", 120, 40, 132), ("Aug", 136, 40, 156)])
+    assert label_runs("Date", page) == [[4], [1]]
+    assert field_value(label_runs("Date", page)[0], page) == [5, 6]
 
 
 def test_a_value_boxs_border_read_as_a_word_is_not_the_value():

@@ -14,6 +14,7 @@ detector_baseline) answers with the rule alone.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -23,6 +24,8 @@ from dociq.models.word_snap import pixel_boxes, word_members
 
 # A gap wider than this x the word height ends a value (text_blocks' rule).
 GAP_FACTOR = 1.5
+# A label misread by OCR: at most one edit in five of its letters (at least one; labels of 3+ letters).
+MISREAD_RATE, MISREAD_MIN_LETTERS = 1 / 5, 3
 # A scan's skew, as the slope of its text lines: looked for up to 3 degrees, ignored under 0.15.
 MAX_SKEW, MIN_SKEW = 0.052, 0.0026
 # The phrasing of a field question (dociq.data.synthetic.questions) and its quoted label.
@@ -39,14 +42,25 @@ class PageWords:
         self.keys = [normalise(w).casefold() for w in self.words]
         self.centres = (self.boxes[:, :2] + self.boxes[:, 2:]) / 2
         self.heights = self.boxes[:, 3] - self.boxes[:, 1]
-        # tops and bottoms with the scan's skew taken out, so that a line is level across the page
-        rise = skew_slope(self.boxes) * self.centres[:, 0]
-        self.tops, self.bottoms = self.boxes[:, 1] - rise, self.boxes[:, 3] - rise
         # OCR reads a value box's border as "|" or "[": a word with no letter or digit holds no value
         self.inked = np.array([any(c.isalnum() for c in w) for w in self.words], bool)
 
     def __len__(self) -> int:
         return len(self.words)
+
+    @cached_property
+    def _rise(self) -> np.ndarray:
+        # the scan's skew at each word (O(words^2), so only for pages asked about a field)
+        return skew_slope(self.boxes) * self.centres[:, 0]
+
+    @property
+    def tops(self) -> np.ndarray:
+        """The words' tops with the scan's skew taken out, so that a line is level across the page."""
+        return self.boxes[:, 1] - self._rise
+
+    @property
+    def bottoms(self) -> np.ndarray:
+        return self.boxes[:, 3] - self._rise
 
     def runs(self, phrase: str, fuzzy: bool = False) -> list[list[int]]:
         """Every run of consecutive words that spells `phrase` (normalised, case-folded); with
@@ -66,6 +80,32 @@ class PageWords:
         """Words equal (case-folded) to any of the normalised tokens."""
         wanted = {normalise(t).casefold() for t in tokens} - {""}
         return [i for i, k in enumerate(self.keys) if k in wanted]
+
+    def next_in_line(self, ids: Sequence[int]) -> int | None:
+        """The word that continues the words `ids` as one phrase: the nearest right of the last on its
+        line within a narrow gap, else the first of the line just below that starts under the first
+        (a label wrapped in its cell); None when there is none."""
+        last, first = ids[-1], ids[0]
+        height = self.heights[last]
+        right = np.flatnonzero(self.same_line([last]) & (self.boxes[:, 0] >= self.boxes[last, 2] - 1)
+                               & (self.boxes[:, 0] - self.boxes[last, 2] <= GAP_FACTOR * height))
+        right = np.setdiff1d(right, ids)
+        if len(right):
+            return int(right[np.argmin(self.boxes[right, 0])])
+        below = np.flatnonzero((self.tops >= self.bottoms[last] - 0.5 * height)
+                               & (self.tops <= self.bottoms[last] + height)
+                               & (np.abs(self.boxes[:, 0] - self.boxes[first, 0]) <= height))
+        below = np.setdiff1d(below, ids)
+        return int(below[np.argmin(self.tops[below])]) if len(below) else None
+
+    def continues_phrase(self, i: int) -> bool:
+        """Whether word i follows another on its line within a narrow gap — a word that is no
+        label's end (':'), so that i is inside a phrase, not at its start."""
+        gap = self.boxes[i, 0] - self.boxes[:, 2]
+        before = (self.same_line([i]) & (gap >= -1) & (gap <= GAP_FACTOR * self.heights[i]) & self.inked
+                  & ~np.array([w.endswith(":") for w in self.words], bool))
+        before[i] = False
+        return bool(before.any())
 
     def box(self, ids: Sequence[int]) -> np.ndarray:
         """[1, 4]: the box around the words `ids`."""
@@ -100,6 +140,46 @@ def skew_slope(boxes: np.ndarray) -> float:
     return slope if abs(slope) >= MIN_SKEW else 0.0
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions turning a into b."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def misread_runs(phrase: str, words: PageWords) -> list[list[int]]:
+    """Where OCR misread the phrase's letters ("PAX:" for "FAX"), merged or split its words
+    ("Hoursper week:") or its cell wrapped it onto a second line: runs of words that continue one
+    another (`PageWords.next_in_line`) whose letters are within MISREAD_RATE edits of the phrase's,
+    closest first."""
+    tokens = [k for k in (normalise(t).casefold() for t in phrase.split()) if k]
+    target = "".join(tokens)
+    if len(target) < MISREAD_MIN_LETTERS:
+        return []
+    allowed = max(1, round(len(target) * MISREAD_RATE))
+    found = []
+    for start, key in enumerate(words.keys):
+        if not key or edit_distance(key[:len(tokens[0])], tokens[0]) > allowed:
+            continue
+        run, letters, best = [start], key, None
+        while len(letters) <= len(target) + allowed:
+            distance = edit_distance(letters, target)
+            if distance <= allowed and (best is None or distance < best[0]):
+                best = (distance, list(run))
+            following = words.next_in_line(run)
+            if following is None or not words.keys[following]:
+                break
+            run.append(following)
+            letters += words.keys[following]
+        if best is not None:
+            found.append(best)
+    return [run for _, run in sorted(found, key=lambda f: f[0])]
+
+
 def link_label(question: str) -> str | None:
     """The label a field question quotes ("which value belongs to the field ‘Name’?" -> "Name"),
     or None for any other question."""
@@ -108,10 +188,12 @@ def link_label(question: str) -> str | None:
 
 
 def label_runs(label_text: str, words: PageWords) -> list[list[int]]:
-    """The label's occurrences — spelled exactly, else with OCR misreads (`PageWords.runs` fuzzy) —
-    those ending in ':' (a form label, not e.g. a table header) first."""
-    runs = words.runs(label_text) or words.runs(label_text, fuzzy=True)
-    return sorted(runs, key=lambda run: not words.words[run[-1]].endswith(":"))
+    """The label's occurrences — spelled exactly, else with a long word one edit away (`PageWords.runs`
+    fuzzy), else misread, merged, split or wrapped (`misread_runs`) — those ending in ':' (a form
+    label, not e.g. a table header) first, and of those the ones that begin their phrase ("Date:",
+    not the end of "Start date:")."""
+    runs = words.runs(label_text) or words.runs(label_text, fuzzy=True) or misread_runs(label_text, words)
+    return sorted(runs, key=lambda run: (not words.words[run[-1]].endswith(":"), words.continues_phrase(run[0])))
 
 
 def field_value(label: Sequence[int], words: PageWords) -> list[int]:
