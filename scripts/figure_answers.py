@@ -34,7 +34,7 @@ def collect(checkpoint: str | None, corpus: str, split: str) -> list[dict]:
     from dociq.data.scoring import VAL_SEED, layout_class
     from dociq.data.text_blocks import page_ink
     from dociq.evaluation.answers import page_seed
-    from dociq.inference.figure_answers import figure_question
+    from dociq.inference.figure_answers import picture_question
     from dociq.inference.predictor import load_predictor
     from dociq.models.word_snap import drawing_boxes
 
@@ -60,7 +60,7 @@ def collect(checkpoint: str | None, corpus: str, split: str) -> list[dict]:
             decoder = [pack(m) for m in predictor.predict(question=[q.text for q in asked])[0]]
         for q, mask in zip(asked, decoder):
             rows.append(dict(package=page.meta.get("package", ""), page_id=page.meta.get("page_id", ""),
-                             text=q.text, one=bool(figure_question(q.text)), target=pack(np.asarray(q.mask, bool)),
+                             text=q.text, one=picture_question(q.text)[1], target=pack(np.asarray(q.mask, bool)),
                              drawings=drawings, text_share=text_shares(drawings, word_boxes), decoder=mask))
         print(f"page {i + 1}/{len(pages)}: {len(rows)} figure questions", flush=True)
     return rows

@@ -2,18 +2,19 @@
 import numpy as np
 import pytest
 
-from dociq.inference.figure_answers import MIN_FIGURE_SHARE, figure_answer, figure_question
+from dociq.inference.figure_answers import MIN_FIGURE_SHARE, figure_answer, picture_question, signature_boxes
 from dociq.inference.predictor import Predictor
 
 H, W = 200, 160
 
 
 @pytest.mark.parametrize("question, expected", [
-    ("segment the figure", True), ("Where is the chart?", True), ("all figures", False),
-    ("segment every figure ", False), ("all paragraphs", None), ("which paragraph mentions “figure”?", None),
+    ("segment the figure", ("figure", True)), ("Where is the chart?", ("figure", True)), ("all figures", ("figure", False)),
+    ("segment every figure ", ("figure", False)), ("find the signature", ("signature", True)),
+    ("all signatures", ("signature", False)), ("all paragraphs", None), ("which paragraph mentions “figure”?", None),
 ])
-def test_the_questions_that_name_figures(question, expected):
-    assert figure_question(question) is expected
+def test_the_questions_that_name_figures_or_signatures(question, expected):
+    assert picture_question(question) == expected
 
 
 PICTURES = np.array([[10, 10, 90, 70],       # 4,800 px: the largest
@@ -70,3 +71,45 @@ def test_the_predictor_answers_figures_with_the_pages_picture(predictor):
     predictor.class_answers = False                  # the switch keeps the decoder's mask
     decoder, _ = predictor.predict(question="all figures")
     assert not np.array_equal(decoder[0], masks[0])
+
+
+def _form_with_a_signature():
+    """A form's foot (400 x 300 px, 10-px words): a value in its frame, an empty frame, and a
+    handwritten stroke over its line and the signer's printed name."""
+    from dociq.data.text_blocks import page_ink
+
+    words = ["Name:", "Ada", "Lovelace", "Date:", "Ada", "Lovelace"]
+    boxes = np.array([[20, 30, 60, 40], [110, 30, 130, 40], [134, 30, 180, 40], [20, 90, 56, 100],
+                      [30, 212, 50, 222], [54, 212, 100, 222]], np.float64)
+    image = np.full((300, 400, 3), 255, np.uint8)
+    for x0, y0, x1, y1 in boxes.astype(int):
+        image[y0 + 1:y1 - 1, x0:x1] = 30
+    image[22, 100:300] = image[48, 100:300] = image[22:49, 100] = image[22:49, 299] = 0      # the value's frame
+    image[82, 100:300] = image[108, 100:300] = image[82:109, 100] = image[108:109, 299] = 0  # an empty frame
+    image[82:109, 299] = 0
+    xs = np.arange(32, 150)
+    image[(185 + 12 * np.sin(xs / 6)).astype(int), xs] = 0                                 # the stroke
+    image[205, 28:152] = 0                                                                   # its line
+    return image, words, boxes, page_ink(image)
+
+
+def test_a_signature_is_the_stroke_over_a_name_and_the_name():
+    from dociq.models.word_snap import drawing_boxes, picture_boxes
+    from dociq.inference.figure_answers import FIGURE_TEXT
+
+    image, words, boxes, ink = _form_with_a_signature()
+    pictures = picture_boxes(drawing_boxes(ink, boxes), boxes, FIGURE_TEXT)
+    assert len(pictures) == 3                               # the frames are pictures too, without the words
+    np.testing.assert_array_equal(signature_boxes(pictures, ink, boxes), [[28, 173, 152, 222]])
+    # without the printed name under it a stroke is a drawing, not a signature
+    assert not len(signature_boxes(pictures, ink, boxes[:4]))
+
+
+def test_the_predictor_answers_a_signature_question_with_the_signature(finetune_checkpoint):
+    image, words, boxes, _ = _form_with_a_signature()
+    predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
+    predictor.set_image(image, words=words, word_boxes=boxes)
+    masks, _ = predictor.predict(question=["find the signature", "all signatures"])
+    for mask in masks:
+        np.testing.assert_array_equal(np.argwhere(mask).min(0), [173, 28])
+        np.testing.assert_array_equal(np.argwhere(mask).max(0) + 1, [222, 152])

@@ -63,6 +63,7 @@ class OnnxPage:
     ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
     figures: np.ndarray | None = None            # the pictures a figure question takes (figure_answers), once one is asked
+    signatures: np.ndarray | None = None         # the signatures a signature question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
     unit_probs: np.ndarray | None = None         # the unit classifier's, once a question names a class
 

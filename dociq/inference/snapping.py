@@ -9,7 +9,8 @@ import numpy as np
 
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
-from dociq.inference.figure_answers import FIGURE_TEXT, figure_answer, figure_question
+from dociq.inference.figure_answers import (FIGURE_TEXT, SIGNATURE_CLASS, figure_answer, picture_question,
+                                            signature_boxes)
 from dociq.inference.form_links import PageWords, link_answer, link_label
 from dociq.inference.prompts import Prompts
 from dociq.inference.unit_classifier import UnitClassifier
@@ -114,8 +115,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     page (its `words` and `image`; its `text_blocks`, `text_units` and `unit_probs`, found here on
     the first prompt that needs them). With a `unit_classifier` and "blocks", a question alone that
     names a text class (`class_answers.named_class`) and asks for one mask [Q, H, W] is answered by
-    the units it names (`class_answers.class_answer`), one that names figures by the page's pictures
-    (`figure_answers.figure_answer`). A field question ("which value belongs to the field ‘K’?")
+    the units it names (`class_answers.class_answer`), one that names figures or signatures by the
+    page's pictures (`figure_answers.figure_answer`). A field question ("which value belongs to the field ‘K’?")
     is the box of the value of K (beside or below it) the mask lies on, else of the value the
     geometric rule finds (`form_links.link_answer`)."""
     words = page.words if len(word_boxes) else None
@@ -157,13 +158,13 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
 def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray,
                     unit_classifier: UnitClassifier, snap: Callable) -> np.ndarray:
     """`snap_masks` of question prompts, with the questions that name a text class answered by the
-    units `unit_classifier` names, those that name figures by the page's pictures
+    units `unit_classifier` names, those that name figures or signatures by the page's pictures
     (`figure_answers`), and the others snapped as `snap` (snap_masks without them) does."""
     # a class the classifier never saw (form labels on a corpus of manuals) keeps the decoder's mask
     named = [name if name is not None and name[0] in unit_classifier.classes else None
              for name in map(named_class, prompts.questions)]
-    figures = [figure_question(q) for q in prompts.questions]                  # None, or names one figure
-    if not any(named) and all(one is None for one in figures):
+    pictures = [picture_question(q) for q in prompts.questions]       # None, or (figure / signature, names one)
+    if not any(named) and not any(pictures):
         return snap(masks, prompts)
     if any(named) and page.unit_probs is None:                                   # once per page
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)
@@ -177,13 +178,19 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     for q, answer in enumerate(answers):
         if answer is not None:
             out[q] = answer
-    for q, one in enumerate(figures):
-        if one is None:
+    for q, asked in enumerate(pictures):
+        if asked is None:
             continue
-        if page.figures is None:
+        if page.figures is None:                                                  # once per page
             page.ink = page_ink(page.image) if page.ink is None else page.ink
-            page.figures = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes, FIGURE_TEXT)   # once per page
-        answer = figure_answer(masks.shape[-2:], page.figures, one)
+            page.figures = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes, FIGURE_TEXT)
+        kind, one = asked
+        if kind == SIGNATURE_CLASS:
+            if page.signatures is None:
+                page.signatures = signature_boxes(page.figures, page.ink, word_boxes)
+            answer = figure_answer(masks.shape[-2:], page.signatures, one, min_share=0.0)
+        else:
+            answer = figure_answer(masks.shape[-2:], page.figures, one)
         if answer is not None:
             out[q] = answer
     return out
