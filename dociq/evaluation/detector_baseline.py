@@ -21,11 +21,12 @@ phrasings), first match wins:
   lacks: form labels are the words up to a word ending in ':' (the line's start or a wide gap
   before it), form values the link rule's value of each label, table cells the line pieces
   (dociq.data.text_blocks.group_lines splits lines at wide gaps) of the words in table
-  detections, "the header row of the table" the top line of each table detection's words; stamps
-  and signatures are drawn, not written: empty. Code listings -> CDLA's `equation` (its only
-  non-prose text class).
-- link ("which value belongs to the field ‘K’?"): the label K's words (OCR misreads one edit away
-  allowed); the value is the words right of the label on its line, up to the next wide gap; if
+  detections, "the header row of the table" the top line of each table detection's words;
+  signatures the Predictor's rule (`figure_answers.signature_boxes`: a stroke over a printed name);
+  stamps are drawn, not written: empty. Code listings -> CDLA's `equation` (its only non-prose
+  text class).
+- link ("which value belongs to the field ‘K’?"): the label K's words (found as the Predictor's
+  rule finds them, OCR misreads and wrapped labels too: `form_links.label_runs`); the value is the words right of the label on its line, up to the next wide gap; if
   none, the nearest line below that overlaps the label's column (dociq.inference.form_links, the
   rule the Predictor falls back on). Mask: the value words' box.
 - cell ("what is the <column> of <row>?"): the row key's words give a line band, the column header
@@ -44,16 +45,18 @@ One prompt, one rule: a question wins over a box, a box over points.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from dociq.data.lexical import normalise, question_content_words
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
-from dociq.data.text_blocks import group_lines
+from dociq.data.text_blocks import group_lines, page_ink
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
+from dociq.inference.figure_answers import FIGURE_TEXT, signature_boxes
 from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs, link_label
+from dociq.models.word_snap import drawing_boxes, picture_boxes
 
 # dociq class -> the CDLA classes whose detections answer it (CDLA has no form, cell, stamp,
 # signature or code class: those are text rules or empty, see the module docstring).
@@ -84,6 +87,7 @@ class Detections:
     boxes: np.ndarray          # float [N, 4] x0, y0, x1, y1 page pixels
     scores: np.ndarray         # float [N]
     labels: list[str]
+    signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))   # [S, 4] the page's, by rule
 
     def of(self, classes: Sequence[str]) -> np.ndarray:
         """Indices of the detections of `classes`."""
@@ -111,8 +115,10 @@ class DetectorTextSearch:
         if len(words) != len(word_boxes):
             raise ValueError(f"{len(words)} words but {len(word_boxes)} word boxes")
         boxes, scores, labels = self.detector(image)
+        ink = page_ink(image)
+        signatures = signature_boxes(picture_boxes(drawing_boxes(ink, word_boxes), word_boxes, FIGURE_TEXT), ink, word_boxes)
         detections = Detections(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64),
-                                list(labels))
+                                list(labels), signatures.astype(np.float64))
         self._page = (image.shape[:2], PageWords(words, word_boxes), detections)
 
     @property
@@ -226,7 +232,9 @@ def answer_layout(label: str, words: PageWords, det: Detections, size: tuple[int
         return _stack([link_value(ids, words) for ids in form_labels(words)])
     if label == "table_cell":
         return _stack([(words.box(ids), 1.0) for ids in table_cells(words, det)])
-    return EMPTY                                        # stamp, signature: drawn, and no CDLA class
+    if label == "signature":
+        return (det.signatures, 1.0) if len(det.signatures) else EMPTY
+    return EMPTY                                        # stamp: drawn, and no CDLA class
 
 
 def _stack(answers: list[Answer]) -> Answer:

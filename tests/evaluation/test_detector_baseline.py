@@ -195,6 +195,20 @@ def test_layout_questions_use_the_detectors_classes(baseline):
     assert not mask.any() and score == 0.0
 
 
+def test_a_signature_is_the_stroke_over_a_printed_name(baseline):
+    # the Predictor's rule (figure_answers.signature_boxes) on the page's ink, no detection needed
+    image = np.full((H, W, 3), 255, np.uint8)
+    xs = np.arange(220, 330)
+    image[(170 + 10 * np.sin(xs / 5)).astype(int), xs] = 0                  # the stroke
+    image[188, 215:335] = 0                                                  # its line
+    search = DetectorTextSearch(detector=FakeDetector())
+    search.set_image(image, [w for w, _ in WORDS] + ["Ada", "Lovelace"],
+                     np.array([b for _, b in WORDS] + [(220, 193, 245, 203), (249, 193, 300, 203)], float))
+    mask, score = _answer(search, question="all signatures")
+    assert (mask == _box_mask(215, 160, 335, 203)).all() and score == 1.0
+    assert not _answer(baseline, question="all signatures")[0].any()     # a page without ink has none
+
+
 def test_box_prompt_takes_the_matching_detection_else_the_box(baseline):
     mask, score = _answer(baseline, boxes=[16, 196, 199, 254])
     assert (mask == _box_mask(15, 195, 200, 255)).all() and score == pytest.approx(0.7)
