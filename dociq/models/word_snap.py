@@ -61,9 +61,12 @@ _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
 
 
 def pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """int [K, 4] word boxes rounded and clipped to an [H, W] frame (empty boxes stay, zero-sized)."""
+    """int [K, 4] word boxes as the pixels they touch (x0, y0 down, x1, y1 up), clipped to an [H, W]
+    frame (empty boxes stay, zero-sized): a box is drawn as a target region is
+    (`dociq.data.datasets.corpus.record.box_mask`), so that a word's mask is its target's, not a pixel short at each edge."""
     h, w = shape
-    boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    boxes = np.concatenate([np.floor(boxes[:, :2]), np.ceil(boxes[:, 2:])], 1).astype(np.int64)
     boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
     boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
     return boxes
