@@ -5,6 +5,8 @@ Predictor's default (right): the text units the unit classifier names for a text
     python scripts/plot_class_answers.py CKPT --corpus data/corpus_unseen --split all --rows 8 \
         --out docs/img/class_answers_unseen.png
     python scripts/plot_class_answers.py CKPT --classes figure --rows 6 --out docs/img/figure_answers.png
+    python scripts/plot_class_answers.py CKPT --corpus data/forms_html --classes signature form_key --scan \
+        --ocr-cache outputs/ocr_cache/forms_html --out docs/img/signatures_scanned.png
 
 One row per question, drawn from pages spread over the corpus split (a fixed seed), one question
 per page, classes taken in turn so that each row shows another class. Green: the target; red: the answer.
@@ -53,8 +55,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--classes", nargs="+", default=None,
                         help="only questions naming these classes (e.g. figure; default: the text classes)")
+    parser.add_argument("--scan", action="store_true",
+                        help="the pages scanned and read by tesseract, as `dociq eval --scan` asks them")
+    parser.add_argument("--ocr-cache", default=None, help="with --scan: the OCR cache folder `dociq eval` keeps")
     parser.add_argument("--out", type=Path, default=Path("class_answers.png"))
     args = parser.parse_args()
+    if args.ocr_cache and not args.scan:
+        parser.error("--ocr-cache keeps the OCR of scanned pages: add --scan, or drop --ocr-cache")
 
     import matplotlib
     matplotlib.use("Agg")
@@ -66,6 +73,10 @@ def main() -> None:
 
     predictor = load_predictor(args.checkpoint)
     pages = CorpusDocuments(args.corpus, split=None if args.split == "all" else args.split)
+    if args.scan:
+        from dociq.data.scanned import ScannedPages
+
+        pages = ScannedPages(pages, args.seed, cache_dir=args.ocr_cache)
     picked = pick_questions(pages, args.rows, args.seed, args.classes)
     fig, axes = plt.subplots(len(picked), 2, figsize=(9, 5.6 * len(picked)), squeeze=False)
     for (left, right), (page, q) in zip(axes, picked):
