@@ -26,9 +26,10 @@ phrasings), first match wins:
   stamps are drawn, not written: empty. Code listings -> CDLA's `equation` (its only non-prose
   text class).
 - link ("which value belongs to the field ‘K’?"): the label K's words (found as the Predictor's
-  rule finds them, OCR misreads and wrapped labels too: `form_links.label_runs`); the value is the words right of the label on its line, up to the next wide gap; if
-  none, the nearest line below that overlaps the label's column (dociq.inference.form_links, the
-  rule the Predictor falls back on). Mask: the value words' box.
+  rule finds them, OCR misreads and wrapped labels too: `form_links.label_runs`); the value is the
+  words right of the label on its line, up to the next wide gap; if none, the nearest line below
+  that overlaps the label's column (dociq.inference.form_links, the rule the Predictor falls back
+  on). Mask: the value words' box.
 - cell ("what is the <column> of <row>?"): the row key's words give a line band, the column header
   (the occurrence nearest above the row key) an x-band; the answer is the words in both bands.
 - reading (anything else that names page words): the named words are the quoted text (“…”, ‘…’,
