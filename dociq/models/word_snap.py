@@ -66,7 +66,7 @@ def pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     (`dociq.data.datasets.corpus.record.box_mask`), so that a word's mask is its target's, not a pixel short at each edge."""
     h, w = shape
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
-    boxes = np.concatenate([np.floor(boxes[:, :2]), np.ceil(boxes[:, 2:])], 1).astype(np.int64)
+    boxes = np.concatenate([np.floor(boxes[:, :2] + 1e-6), np.ceil(boxes[:, 2:] - 1e-6)], 1).astype(np.int64)
     boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
     boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
     return boxes

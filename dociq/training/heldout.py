@@ -257,8 +257,9 @@ def _first_tokens(batch: dict, i: int) -> torch.Tensor:
 
 
 def word_boxes_in_frame(batch: dict, i: int, size: int) -> np.ndarray:
-    """Page i's word boxes in pixels of the `size` input frame, one row per word."""
-    return batch["ocr_boxes"][i][_first_tokens(batch, i)].float().numpy() * size / LAYOUT_SCALE
+    """Page i's word boxes in whole pixels of the `size` input frame, one row per word (the
+    layout's quantised coordinates come back at 19.97 for 20: rounded to the frame's pixels)."""
+    return np.round(batch["ocr_boxes"][i][_first_tokens(batch, i)].float().numpy() * size / LAYOUT_SCALE)
 
 
 def word_indices_in_frame(batch: dict, i: int) -> np.ndarray:
