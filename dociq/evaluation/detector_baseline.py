@@ -46,7 +46,8 @@ One prompt, one rule: a question wins over a box, a box over points.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -55,9 +56,8 @@ from dociq.data.lexical import normalise, question_content_words
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import group_lines, page_ink
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
-from dociq.inference.figure_answers import FIGURE_TEXT, signature_boxes
+from dociq.inference.figure_answers import page_pictures, signature_boxes
 from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs, link_label
-from dociq.models.word_snap import drawing_boxes, picture_boxes
 
 # dociq class -> the CDLA classes whose detections answer it (CDLA has no form, cell, stamp,
 # signature or code class: those are text rules or empty, see the module docstring).
@@ -88,7 +88,16 @@ class Detections:
     boxes: np.ndarray          # float [N, 4] x0, y0, x1, y1 page pixels
     scores: np.ndarray         # float [N]
     labels: list[str]
-    signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))   # [S, 4] the page's, by rule
+    image: np.ndarray | None = None           # the page and its word boxes, for the signature rule
+    word_boxes: np.ndarray | None = None
+
+    @cached_property
+    def signatures(self) -> np.ndarray:
+        """float [S, 4]: the page's signatures by the Predictor's rule (computed when first asked)."""
+        if self.image is None or self.word_boxes is None:
+            return np.zeros((0, 4))
+        ink = page_ink(self.image)
+        return signature_boxes(page_pictures(ink, self.word_boxes), ink, self.word_boxes).astype(np.float64)
 
     def of(self, classes: Sequence[str]) -> np.ndarray:
         """Indices of the detections of `classes`."""
@@ -116,10 +125,8 @@ class DetectorTextSearch:
         if len(words) != len(word_boxes):
             raise ValueError(f"{len(words)} words but {len(word_boxes)} word boxes")
         boxes, scores, labels = self.detector(image)
-        ink = page_ink(image)
-        signatures = signature_boxes(picture_boxes(drawing_boxes(ink, word_boxes), word_boxes, FIGURE_TEXT), ink, word_boxes)
         detections = Detections(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64),
-                                list(labels), signatures.astype(np.float64))
+                                list(labels), image, word_boxes)
         self._page = (image.shape[:2], PageWords(words, word_boxes), detections)
 
     @property
@@ -276,7 +283,7 @@ def page_number(words: PageWords, det: Detections, size: tuple[int, int]) -> Ans
 def form_labels(words: PageWords) -> list[list[int]]:
     """Each word ending in ':' with the words before it on its line up to a wide gap (a form label)."""
     out = []
-    for end in (i for i, w in enumerate(words.words) if w.endswith(":")):
+    for end in np.flatnonzero(words.ends_label):
         line = np.flatnonzero(words.same_line([end]) & (words.boxes[:, 2] <= words.boxes[end, 0] + 1))
         ids = [end]
         for j in sorted(line, key=lambda j: -words.boxes[j, 2]):
@@ -354,7 +361,7 @@ def field_of_person(question: str, words: PageWords) -> Answer | None:
     if not match:
         return None
     labels, names = label_runs(match.group(1), words), words.runs(match.group(2))
-    labels = [lab for lab in labels if words.words[lab[-1]].endswith(":")] or labels
+    labels = [lab for lab in labels if words.ends_label[lab[-1]]] or labels
     if not labels:
         return None
     if names:

@@ -13,13 +13,15 @@ know where figures are). A page with no such picture keeps the decoder's answer.
 "find the signature", "all signatures": a signature is a handwritten stroke over a printed name —
 a picture without text, a few lines tall and wider than that (`signature_boxes`), with the
 name's line right under it, which its answer includes.
-docs/finetune.md ("Figures from the page's pictures", "Signatures") has the measurements.
+docs/finetune.md has the measurements ("Figures from the page's pictures"; signatures in "Word boxes
+as tall as the font, masks drawn as targets are, labels OCR misread, signatures").
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dociq.inference.class_answers import named_class, phrased_classes
+from dociq.models.word_snap import drawing_boxes, ink_off_words, picture_boxes
 
 # Pictures smaller than this share of the page are glyphs, icons or rules, not figures; a drawing
 # whose box words cover this share or more is a frame around text. Chosen on the recipe corpus's
@@ -50,6 +52,12 @@ def picture_question(question: str) -> tuple[str, bool] | None:
     return named_class(question, PICTURE_PHRASINGS)
 
 
+def page_pictures(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """int [D, 4]: the page's pictures that may be figures or signatures — its drawings
+    (`word_snap.drawing_boxes`) with words covering under FIGURE_TEXT of their box."""
+    return picture_boxes(drawing_boxes(ink, word_boxes), word_boxes, FIGURE_TEXT)
+
+
 def signature_boxes(pictures: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     """int [S, 4] x0, y0, x1, y1 (exclusive): the pictures (`word_snap.picture_boxes`) that are
     signatures — a stroke with ink across its box, a few text lines tall and wider than that, over
@@ -58,9 +66,7 @@ def signature_boxes(pictures: np.ndarray, ink: np.ndarray, word_boxes: np.ndarra
     if not len(boxes):
         return np.zeros((0, 4), np.int64)
     line = float(np.median(boxes[:, 3] - boxes[:, 1]))
-    drawn = np.asarray(ink, dtype=bool).copy()
-    for x0, y0, x1, y1 in np.round(boxes).astype(np.int64).clip(min=0):
-        drawn[y0:y1 + 1, x0:x1 + 1] = False                     # a value's words in a frame are no stroke
+    drawn = ink_off_words(ink, boxes)                          # a value's words in a frame are no stroke
     out = []
     for x0, y0, x1, y1 in np.asarray(pictures, dtype=np.int64).reshape(-1, 4):
         height, width = y1 - y0, x1 - x0

@@ -44,6 +44,7 @@ class PageWords:
         self.heights = self.boxes[:, 3] - self.boxes[:, 1]
         # OCR reads a value box's border as "|" or "[": a word with no letter or digit holds no value
         self.inked = np.array([any(c.isalnum() for c in w) for w in self.words], bool)
+        self.ends_label = np.array([w.endswith(":") for w in self.words], bool)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -103,7 +104,7 @@ class PageWords:
         label's end (':'), so that i is inside a phrase, not at its start."""
         gap = self.boxes[i, 0] - self.boxes[:, 2]
         before = (self.same_line([i]) & (gap >= -1) & (gap <= GAP_FACTOR * self.heights[i]) & self.inked
-                  & ~np.array([w.endswith(":") for w in self.words], bool))
+                  & ~self.ends_label)
         before[i] = False
         return bool(before.any())
 
@@ -193,7 +194,7 @@ def label_runs(label_text: str, words: PageWords) -> list[list[int]]:
     label, not e.g. a table header) first, and of those the ones that begin their phrase ("Date:",
     not the end of "Start date:")."""
     runs = words.runs(label_text) or words.runs(label_text, fuzzy=True) or misread_runs(label_text, words)
-    return sorted(runs, key=lambda run: (not words.words[run[-1]].endswith(":"), words.continues_phrase(run[0])))
+    return sorted(runs, key=lambda run: (not words.ends_label[run[-1]], words.continues_phrase(run[0])))
 
 
 def field_value(label: Sequence[int], words: PageWords) -> list[int]:
@@ -217,7 +218,7 @@ def _chain(start: int, candidates: np.ndarray, words: PageWords) -> list[int]:
 
 def _unless_label(ids: list[int], words: PageWords) -> list[int]:
     """`ids`, or [] when they hold a word ending in ':' — the next field's label, not a value."""
-    return [] if any(words.words[j].endswith(":") for j in ids) else ids
+    return [] if words.ends_label[list(ids)].any() else ids
 
 
 def right_of(label: Sequence[int], words: PageWords) -> list[int]:

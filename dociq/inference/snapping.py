@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
-from dociq.inference.figure_answers import (FIGURE_TEXT, SIGNATURE_CLASS, figure_answer, picture_question,
+from dociq.inference.figure_answers import (SIGNATURE_CLASS, figure_answer, page_pictures, picture_question,
                                             signature_boxes)
 from dociq.inference.form_links import PageWords, link_answer, link_label
 from dociq.inference.prompts import Prompts
@@ -183,7 +183,7 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
             continue
         if page.figures is None:                                                  # once per page
             page.ink = page_ink(page.image) if page.ink is None else page.ink
-            page.figures = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes, FIGURE_TEXT)
+            page.figures = page_pictures(page.ink, word_boxes)
         kind, one = asked
         if kind == SIGNATURE_CLASS:
             if page.signatures is None:

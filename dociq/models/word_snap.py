@@ -306,19 +306,27 @@ def _click_drawings(out: np.ndarray, clicks: np.ndarray, positive: np.ndarray, o
             out[y0:y1, x0:x1] = True
 
 
-def drawing_boxes(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
-    """int [D, 4] x0, y0, x1, y1 (exclusive) of the drawings in an ink map (bool [h, w],
-    `text_blocks.page_ink`) with word boxes [K, 4] in its pixels: ink off every word (a
-    figure, a plot, a diagram, a rule, a shaded bar), its pieces joined across gaps up to a line's
-    height (the median word height), each drawing boxed by its own ink."""
+def ink_off_words(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """bool [h, w]: the ink map (`text_blocks.page_ink`) with every word's box (page pixels, [K, 4])
+    and a pixel past it (its glyphs' anti-aliasing) erased — what is drawn, not written."""
     drawn = np.asarray(ink, dtype=bool).copy()
     h, w = drawn.shape
     word_boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
     near = (word_boxes[:, 2] >= 0) & (word_boxes[:, 3] >= 0) & (word_boxes[:, 0] < w) & (word_boxes[:, 1] < h)
     for bx0, by0, bx1, by1 in word_boxes[near].clip(min=0):
-        drawn[by0:by1 + 1, bx0:bx1 + 1] = False               # a pixel past the box: its glyphs' anti-aliasing
+        drawn[by0:by1 + 1, bx0:bx1 + 1] = False
+    return drawn
+
+
+def drawing_boxes(ink: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """int [D, 4] x0, y0, x1, y1 (exclusive) of the drawings in an ink map (bool [h, w],
+    `text_blocks.page_ink`) with word boxes [K, 4] in its pixels: ink off every word (a
+    figure, a plot, a diagram, a rule, a shaded bar), its pieces joined across gaps up to a line's
+    height (the median word height), each drawing boxed by its own ink."""
+    drawn = ink_off_words(ink, word_boxes)
     if not drawn.any():
         return np.zeros((0, 4), np.int64)
+    word_boxes = np.round(np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)).astype(np.int64)
     heights = word_boxes[:, 3] - word_boxes[:, 1]
     gap = int(np.median(heights[heights > 0])) if (heights > 0).any() else DRAWING_GAP
     # a square dilation, as a separable maximum filter (3x faster on a page-sized box)
