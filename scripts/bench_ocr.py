@@ -1,14 +1,16 @@
-"""How many of a page's words tesseract reads back, per binarization and with or without the page's
-ruling lines erased, on clean or scanned corpus pages.
+"""How many of a page's words tesseract reads back, per binarization, with or without the page's
+ruling lines erased, and per confidence threshold, on clean or scanned corpus pages.
 
     python scripts/bench_ocr.py --corpus data/forms_html --split all --pages 20 --scan
-    python scripts/bench_ocr.py --corpus data/corpus --split val --pages 16 [--scan]
+    python scripts/bench_ocr.py --corpus data/corpus --split val --pages 16 [--scan] [--min-conf 50 30 0]
 
 Each page's text-layer words are the truth; a setting's recall is the share of them (normalised,
-case-folded, counted with repeats) among the words `TesseractOCR(binarize=..., erase_rules=...)`
-reads from the page's image — degraded first with `--scan`, as `dociq eval --scan` degrades it (same
-seed, same scan). Pages are spread evenly over the split. Prints one row per setting: mean recall,
-pages read at under 20 %, and seconds per page (every setting reads the same pages in one process).
+case-folded, counted with repeats) among the words `TesseractOCR(binarize=..., erase_rules=...,
+min_conf=...)` reads from the page's image — degraded first with `--scan`, as `dociq eval --scan`
+degrades it (same seed, same scan) — and its precision the share of the words read that are true.
+Pages are spread evenly over the split. Prints one row per setting: mean recall and precision,
+pages read at under 20 %, and seconds per page (every setting reads the same pages in one process;
+the thresholds filter one reading).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.lexical import normalise
-from dociq.data.ocr import BINARIZATIONS, TesseractOCR
+from dociq.data.ocr import BINARIZATIONS, MIN_CONFIDENCE, TesseractOCR
 from dociq.data.scanned import degraded
 
 
@@ -31,6 +33,11 @@ def word_recall(truth: list[str], read: list[str]) -> float:
     return sum((want & got).values()) / max(sum(want.values()), 1)
 
 
+def word_precision(truth: list[str], read: list[str]) -> float:
+    """Share of the words read (with repeats) that are true words; 1 when none is read."""
+    return word_recall(read, truth) if read else 1.0
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True)
@@ -39,12 +46,16 @@ def main() -> None:
     p.add_argument("--scan", action="store_true", help="degrade each page as a scan first (dociq eval --scan)")
     p.add_argument("--seed", type=int, default=0, help="which scan each page gets (as dociq eval --seed)")
     p.add_argument("--binarize", nargs="+", choices=sorted(BINARIZATIONS), default=["otsu", "sauvola"])
+    p.add_argument("--min-conf", nargs="+", type=float, default=[MIN_CONFIDENCE],
+                   help="confidence thresholds (0..100): a word is kept above one (TesseractOCR's min_conf; "
+                        "default: every word read)")
     args = p.parse_args()
     pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split)
     picked = np.unique(np.linspace(0, len(pages) - 1, min(args.pages, len(pages))).round().astype(int))
-    readers = {f"{name}{' + rules erased' if erase else ''}": TesseractOCR(binarize=name, erase_rules=erase)
+    readers = {f"{name}{' + rules erased' if erase else ''}": TesseractOCR(binarize=name, erase_rules=erase, min_conf=-1)
                for name in args.binarize for erase in (False, True)}
-    recall, seconds = {n: [] for n in readers}, Counter()
+    rows = [(name, t) for name in readers for t in args.min_conf]
+    recall, precision, seconds = {r: [] for r in rows}, {r: [] for r in rows}, Counter()
     for index in picked:
         page = pages[int(index)]
         if page is None or not page.words:
@@ -52,15 +63,20 @@ def main() -> None:
         image = degraded(page, args.seed, int(index)).image if args.scan else page.image
         for name, reader in readers.items():
             start = time.perf_counter()
-            read = reader.recognise(image).words
+            read = reader.recognise(image)
             seconds[name] += time.perf_counter() - start
-            recall[name].append(word_recall(page.words, read))
+            for t in args.min_conf:
+                words = read.confident(t).words
+                recall[name, t].append(word_recall(page.words, words))
+                precision[name, t].append(word_precision(page.words, words))
     print(f"{args.corpus} ({args.split}), {len(next(iter(recall.values())))} pages, "
           f"{'scanned' if args.scan else 'clean'}")
-    print("| tesseract reads with | word recall | pages under 20 % | s / page |\n|---|---|---|---|")
-    for name in readers:
-        r = np.asarray(recall[name])
-        print(f"| {name} | {r.mean():.3f} | {(r < 0.2).sum()} | {seconds[name] / max(len(r), 1):.2f} |")
+    print("| tesseract reads with | confidence over | word recall | word precision | pages under 20 % | s / page |\n"
+          "|---|---|---|---|---|---|")
+    for name, t in rows:
+        r = np.asarray(recall[name, t])
+        print(f"| {name} | {t:g} | {r.mean():.3f} | {np.mean(precision[name, t]):.3f} | {(r < 0.2).sum()} | "
+              f"{seconds[name] / max(len(r), 1):.2f} |")
 
 
 if __name__ == "__main__":
