@@ -102,6 +102,31 @@ def test_a_skewed_scan_keeps_a_label_and_its_value_on_one_line():
     assert skew_slope(BOXES) == 0.0                  # a level page stays level
 
 
+def test_a_value_on_a_skewed_scan_is_drawn_along_its_line():
+    """The value's region on a page turned 2 degrees is a slanted band: the answer follows it, where
+    the box around the value's words would add the band's rise above and below."""
+    slope = np.tan(np.radians(2.0))
+    words, boxes = [], []
+    for k, label in enumerate(["Name:", "Email:", "Address:", "City:", "Phone:"]):
+        line = 40 + 30 * k
+        for x0, x1, text in ((20, 90, label), (200, 260, "12"), (266, 330, "Carlton"), (336, 420, "House"),
+                             (426, 500, "Terrace")):
+            centre = line + slope * (x0 + x1) / 2            # OCR boxes a word level, at its centre's height
+            words.append(text)
+            boxes.append([x0, centre - 6, x1, centre + 6])
+    page = PageWords(words, np.array(boxes))
+    shape = (240, 560)
+    rows, cols = np.mgrid[:shape[0], :shape[1]]
+    band = (cols >= 200) & (cols < 500) & (np.abs(rows + 0.5 - 100 - slope * (cols + 0.5)) <= 6)   # "Address:"'s value
+    answer = link_answer(np.zeros(shape, bool), "Address", page)
+    iou = (answer & band).sum() / (answer | band).sum()
+    box = np.zeros(shape, bool)
+    box[int(np.floor(page.box(range(11, 15))[0, 1])):int(np.ceil(page.box(range(11, 15))[0, 3])), 200:500] = True
+    assert iou > 0.9 > (box & band).sum() / (box | band).sum()
+    level = PageWords(WORDS, BOXES)                                  # a level page: the words' box
+    np.testing.assert_array_equal(level.mask([1, 2], (H, W)), _box_mask(60, 10, 130, 22))
+
+
 def test_the_decoder_chooses_the_value_and_the_words_set_its_extent(words):
     """A mask on a value beside or below the label is answered with that value's box, a few
     pixels wider or narrower as the decoder paints it or not."""

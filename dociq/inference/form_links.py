@@ -50,9 +50,14 @@ class PageWords:
         return len(self.words)
 
     @cached_property
+    def slope(self) -> float:
+        """The scan's skew as the slope (dy / dx) of its text lines (`skew_slope`; O(words^2), so
+        computed only for pages asked about a field)."""
+        return skew_slope(self.boxes)
+
+    @property
     def _rise(self) -> np.ndarray:
-        # the scan's skew at each word (O(words^2), so only for pages asked about a field)
-        return skew_slope(self.boxes) * self.centres[:, 0]
+        return self.slope * self.centres[:, 0]
 
     @property
     def tops(self) -> np.ndarray:
@@ -112,6 +117,21 @@ class PageWords:
         """[1, 4]: the box around the words `ids`."""
         boxes = self.boxes[list(ids)]
         return np.concatenate([boxes[:, :2].min(0), boxes[:, 2:].max(0)])[None]
+
+    def mask(self, ids: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
+        """bool [H, W]: the words `ids` as one region, drawn along the scan's skew — their box on the
+        levelled page, each column's top and bottom risen with the text line — in the pixels it
+        touches, as a target region is drawn (`word_snap.pixel_boxes`)."""
+        x0, x1 = self.boxes[list(ids), 0].min(), self.boxes[list(ids), 2].max()
+        top, bottom = self.tops[list(ids)].min(), self.bottoms[list(ids)].max()
+        c0, _, c1, _ = pixel_boxes(np.array([[x0, 0.0, x1, 0.0]]), shape)[0]
+        rise = self.slope * (np.arange(c0, c1) + 0.5)
+        r0 = np.floor(top + rise + 1e-6).clip(0, shape[0]).astype(np.int64)
+        r1 = np.ceil(bottom + rise - 1e-6).clip(0, shape[0]).astype(np.int64)
+        rows = np.arange(shape[0])[:, None]
+        out = np.zeros(shape, bool)
+        out[:, c0:c1] = (rows >= r0) & (rows < r1)
+        return out
 
     def same_line(self, ids: Sequence[int]) -> np.ndarray:
         """bool [N]: words overlapping the band of `ids` vertically by half the shorter height."""
@@ -274,9 +294,4 @@ def link_answer(mask: np.ndarray, label_text: str, words: PageWords) -> np.ndarr
         if on_value and elsewhere <= on_value:
             chosen = value
             break
-    if not chosen:
-        return mask
-    pixels = pixel_boxes(words.box(chosen), mask.shape)[0]
-    out = np.zeros_like(mask)
-    out[pixels[1]:pixels[3], pixels[0]:pixels[2]] = True
-    return out
+    return words.mask(chosen, mask.shape) if chosen else mask
