@@ -28,6 +28,7 @@ from dociq.evaluation.answers import ANSWER_SETS, evaluate_answers, is_predictor
 from dociq.evaluation.coco_eval import evaluate_coco, format_coco_table
 from dociq.evaluation.detector_baseline import DetectorTextSearch
 from dociq.evaluation.layout_detector import DetectorUnavailable
+from dociq.data.ocr import TesseractOCR
 from dociq.data.scanned import ScannedPages
 from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --scan: keep the scanned pages' OCR words in DIR (keyed by the page image's content), "
                         "so a later run on the same pages reads them instead of running tesseract again "
                         "(default: a temporary folder, one OCR per page for all checkpoints of the run)")
+    p.add_argument("--ocr-min-conf", type=float, default=None, metavar="CONF",
+                   help="with --scan: keep the words tesseract reads with a confidence over CONF (0..100; "
+                        "default: every word it reads, TesseractOCR's default)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -124,7 +128,10 @@ def _pages(args, image_size: int, ocr_cache: str | None = None):
     else:
         pages = SyntheticDocuments(num_pages=args.pages or 128, image_size=args.page_size or image_size,
                                    seed=args.seed, degrade=0.3)
-    return ScannedPages(pages, args.seed, cache_dir=ocr_cache) if args.scan else pages
+    if not args.scan:
+        return pages
+    options = {} if args.ocr_min_conf is None else {"min_conf": args.ocr_min_conf}
+    return ScannedPages(pages, args.seed, ocr=TesseractOCR(cache=ocr_cache, **options))
 
 
 def _baseline(name: str):
@@ -193,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scan and (args.data == "coco" or args.task_path):
         p.error("--scan scans the held-out pages of --data synthetic / corpus on the Predictor's path: drop "
                 "--task-path (a COCO set's words come from --ocr)")
-    if args.ocr_cache and not args.scan:
-        p.error("--ocr-cache keeps the OCR of scanned pages: add --scan, or drop --ocr-cache")
+    if (args.ocr_cache or args.ocr_min_conf is not None) and not args.scan:
+        p.error("--ocr-cache and --ocr-min-conf are for the OCR of scanned pages: add --scan, or drop them")
     if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
         p.error("--heuristics and --eval-size score the training task's path: add --task-path")
     return report_errors("eval", lambda: run(args), also=(DetectorUnavailable,))

@@ -26,7 +26,7 @@ import numpy as np
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import leader_words
-from dociq.models.word_snap import field_units, field_values, form_page, pixel_boxes
+from dociq.models.word_snap import field_units, field_values, fill_unit, form_page
 
 # Regions whose extent is drawn, not set by their words: their answer stays the decoder's (a
 # table's rules, a figure's picture). Code listings are units: the classifier's units scored 59-62
@@ -87,19 +87,17 @@ def best_units(score: np.ndarray, one: bool) -> list[int]:
 
 
 def class_answer(shape: tuple[int, int], word_boxes: np.ndarray, units: Sequence[Sequence[int]],
-                 unit_probs: np.ndarray, label: str, one: bool) -> np.ndarray | None:
-    """bool [H, W]: the boxes of the units that answer a question naming `label` (`best_units` of
-    their probability of it, unit_probs float [U, len(REGION_CLASSES)]), each the box around its
-    words; None when the page has no unit."""
+                 unit_probs: np.ndarray, label: str, one: bool, slope: float = 0.0) -> np.ndarray | None:
+    """bool [H, W]: the units that answer a question naming `label` (`best_units` of their
+    probability of it, unit_probs float [U, len(REGION_CLASSES)]), each the box around its words
+    (along the text lines of a page whose lines rise by `slope`: `word_snap.fill_unit`); None when
+    the page has no unit."""
     probs = np.asarray(unit_probs, np.float64).reshape(-1, len(REGION_CLASSES))
     chosen = best_units(probs[:, REGION_CLASSES.index(label)], one)
     if not chosen:
         return None
-    pixels = pixel_boxes(word_boxes, shape)
+    boxes = np.asarray(word_boxes, np.float64).reshape(-1, 4)
     out = np.zeros(shape, dtype=bool)
     for i in chosen:
-        ids = list(units[i])
-        x0, y0 = pixels[ids, :2].min(0)
-        x1, y1 = pixels[ids, 2:].max(0)
-        out[y0:y1, x0:x1] = True
+        fill_unit(out, boxes[list(units[i])], slope)
     return out

@@ -14,13 +14,12 @@ detector_baseline) answers with the rule alone.
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 
 from dociq.data.lexical import FUZZY_MIN_LENGTH, normalise, within_one_edit
-from dociq.models.word_snap import pixel_boxes, word_members
+from dociq.models.word_snap import fill_unit, pixel_boxes, word_members
 
 # A gap wider than this x the word height ends a value (text_blocks' rule).
 GAP_FACTOR = 1.5
@@ -28,6 +27,7 @@ GAP_FACTOR = 1.5
 MISREAD_RATE, MISREAD_MIN_LETTERS = 1 / 5, 3
 # A scan's skew, as the slope of its text lines: looked for up to 3 degrees, ignored under 0.15.
 MAX_SKEW, MIN_SKEW = 0.052, 0.0026
+SKEW_CHUNK = 256                  # words paired with every other word at a time
 # The phrasing of a field question (dociq.data.synthetic.questions) and its quoted label.
 _LINK = re.compile(r"value\s+(?:that\s+)?(?:belongs\s+to|of|for)\s+the\s+field\s+"
                    r"(?:\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d|\"([^\"]+)\"|'([^']+)')", re.IGNORECASE)
@@ -36,8 +36,9 @@ _LINK = re.compile(r"value\s+(?:that\s+)?(?:belongs\s+to|of|for)\s+the\s+field\s
 class PageWords:
     """OCR words with their normalised, case-folded forms and box geometry (page pixels)."""
 
-    def __init__(self, words: Sequence[str], boxes: np.ndarray) -> None:
+    def __init__(self, words: Sequence[str], boxes: np.ndarray, slope: float | None = None) -> None:
         self.words = list(words)
+        self._slope = slope                          # the scan's skew, when the caller knows it
         self.boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         self.keys = [normalise(w).casefold() for w in self.words]
         self.centres = (self.boxes[:, :2] + self.boxes[:, 2:]) / 2
@@ -49,11 +50,13 @@ class PageWords:
     def __len__(self) -> int:
         return len(self.words)
 
-    @cached_property
+    @property
     def slope(self) -> float:
         """The scan's skew as the slope (dy / dx) of its text lines (`skew_slope`; O(words^2), so
-        computed only for pages asked about a field)."""
-        return skew_slope(self.boxes)
+        found only for pages asked about a field)."""
+        if self._slope is None:
+            self._slope = skew_slope(self.boxes)
+        return self._slope
 
     @property
     def _rise(self) -> np.ndarray:
@@ -119,18 +122,10 @@ class PageWords:
         return np.concatenate([boxes[:, :2].min(0), boxes[:, 2:].max(0)])[None]
 
     def mask(self, ids: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
-        """bool [H, W]: the words `ids` as one region, drawn along the scan's skew — their box on the
-        levelled page, each column's top and bottom risen with the text line — in the pixels it
-        touches, as a target region is drawn (`word_snap.pixel_boxes`)."""
-        x0, x1 = self.boxes[list(ids), 0].min(), self.boxes[list(ids), 2].max()
-        top, bottom = self.tops[list(ids)].min(), self.bottoms[list(ids)].max()
-        c0, _, c1, _ = pixel_boxes(np.array([[x0, 0.0, x1, 0.0]]), shape)[0]
-        rise = self.slope * (np.arange(c0, c1) + 0.5)
-        r0 = np.floor(top + rise + 1e-6).clip(0, shape[0]).astype(np.int64)
-        r1 = np.ceil(bottom + rise - 1e-6).clip(0, shape[0]).astype(np.int64)
-        rows = np.arange(shape[0])[:, None]
+        """bool [H, W]: the words `ids` as one region, drawn along the scan's skew
+        (`word_snap.fill_unit`), as a target region is drawn."""
         out = np.zeros(shape, bool)
-        out[:, c0:c1] = (rows >= r0) & (rows < r1)
+        fill_unit(out, self.boxes[list(ids)], self.slope)
         return out
 
     def same_line(self, ids: Sequence[int]) -> np.ndarray:
@@ -148,13 +143,18 @@ def skew_slope(boxes: np.ndarray) -> float:
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     centres = (boxes[:, :2] + boxes[:, 2:]) / 2
     heights = boxes[:, 3] - boxes[:, 1]
-    dx = centres[None, :, 0] - centres[:, None, 0]
-    dy = centres[None, :, 1] - centres[:, None, 1]
-    near = np.minimum(heights[:, None], heights[None, :])
-    pairs = (dx >= 2 * near) & (np.abs(dy) <= MAX_SKEW * dx + 0.25 * near)
-    if pairs.sum() < 5:
+    slopes, weights = [], []
+    for start in range(0, len(boxes), SKEW_CHUNK):     # pairs a chunk of words at a time: bounded memory
+        rows = slice(start, start + SKEW_CHUNK)
+        dx = centres[None, :, 0] - centres[rows, None, 0]
+        dy = centres[None, :, 1] - centres[rows, None, 1]
+        near = np.minimum(heights[rows, None], heights[None, :])
+        pairs = (dx >= 2 * near) & (np.abs(dy) <= MAX_SKEW * dx + 0.25 * near)
+        slopes.append(dy[pairs] / dx[pairs])
+        weights.append(dx[pairs])
+    slopes, weights = np.concatenate(slopes), np.concatenate(weights)
+    if len(slopes) < 5:
         return 0.0
-    slopes, weights = dy[pairs] / dx[pairs], dx[pairs]
     counts, edges = np.histogram(slopes, bins=40, range=(-MAX_SKEW - 0.01, MAX_SKEW + 0.01), weights=weights)
     peak = (edges[counts.argmax()] + edges[counts.argmax() + 1]) / 2
     slope = float(np.median(slopes[np.abs(slopes - peak) <= 0.004]))

@@ -66,6 +66,7 @@ class OnnxPage:
     signatures: np.ndarray | None = None         # the signatures a signature question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
     unit_probs: np.ndarray | None = None         # the unit classifier's, once a question names a class
+    slope: float | None = None                   # how its text lines rise (a skewed scan), once a mask is snapped to blocks
 
 
 class OnnxPredictor:

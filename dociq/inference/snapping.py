@@ -11,7 +11,7 @@ from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
 from dociq.inference.figure_answers import (SIGNATURE_CLASS, figure_answer, page_pictures, picture_question,
                                             signature_boxes)
-from dociq.inference.form_links import PageWords, link_answer, link_label
+from dociq.inference.form_links import PageWords, link_answer, link_label, skew_slope
 from dociq.inference.prompts import Prompts
 from dociq.inference.unit_classifier import UnitClassifier
 from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
@@ -107,6 +107,13 @@ def _then_linked(mask: np.ndarray, snap, label: str, form_words: PageWords) -> n
     return link_answer(snap(mask), label, form_words)
 
 
+def page_slope(page, word_boxes: np.ndarray) -> float:
+    """How the page's text lines rise (`form_links.skew_slope`: 0 on a level page), found once per page."""
+    if page.slope is None:
+        page.slope = skew_slope(word_boxes) if len(word_boxes) else 0.0
+    return page.slope
+
+
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
                unit_classifier: UnitClassifier | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
@@ -127,6 +134,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
         return _answer_classes(masks, prompts, page, word_boxes, unit_classifier,
                                partial(snap_masks, page=page, word_boxes=word_boxes, mode=mode))
     blocks = (page.text_blocks if len(word_boxes) else []) if mode == "blocks" else None
+    slope = page_slope(page, word_boxes) if mode == "blocks" else 0.0
     if mode == "blocks" and page.ink is None:
         page.ink = page_ink(page.image)                    # once per page, for all of its prompts
     if mode == "blocks" and prompts.points is not None and page.drawings is None:
@@ -140,7 +148,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             pick = (lambda a: None if a is None else a[min(q, len(a) - 1)])   # [1 or Q, ...] broadcast
             snap = partial(snap_to_blocks, word_boxes=word_boxes, words=words, blocks=blocks,
                            clicks=pick(prompts.points), click_labels=pick(prompts.labels), box=pick(prompts.boxes),
-                           ink=page.ink, drawings=page.drawings)
+                           ink=page.ink, drawings=page.drawings, slope=slope)
         if mode == "blocks" and prompts.questions and words is not None and prompts.boxes is None and prompts.points is None:
             # text the question quotes is in its answer (`keep_quoted`); a click or a box says where, itself
             question = prompts.questions[min(q, len(prompts.questions) - 1)]
@@ -148,7 +156,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
                            question=question)
             label = link_label(question)
             if label is not None:        # the label's value the decoder's mask lies on, else the rule's
-                form_words = PageWords(words, word_boxes) if form_words is None else form_words
+                form_words = PageWords(words, word_boxes, slope) if form_words is None else form_words
                 snap = partial(_then_linked, snap=snap, label=label, form_words=form_words)
         flat = masks[q].reshape(-1, *masks.shape[-2:])
         out[q] = np.stack([snap(m) for m in flat]).reshape(masks[q].shape)
@@ -170,7 +178,8 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)
         page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
     answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
-                                                      page.unit_probs, *name) for name in named]
+                                                      page.unit_probs, *name, slope=page_slope(page, word_boxes))
+               for name in named]
     out = masks.copy()
     rest = [q for q, answer in enumerate(answers) if answer is None]
     if rest:                     # only the questions the units do not answer are snapped (question prompts alone)

@@ -72,6 +72,33 @@ def pixel_boxes(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return boxes
 
 
+def fill_unit(out: np.ndarray, word_boxes: np.ndarray, slope: float = 0.0) -> None:
+    """Fill, in `out` (bool [H, W]), the region of a unit's words (boxes [n, 4] in `out`'s pixels) as a
+    target region is drawn: the box around them, in the pixels it touches (`pixel_boxes`). On a page
+    whose text lines rise by `slope` (dy / dx: a skewed scan) it is that box on the levelled page,
+    each column's top and bottom risen with the line — a slanted band, as the skewed region is, where
+    the upright box would add the line's rise above and below it."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    if not len(boxes):
+        return
+    h = out.shape[0]
+    if not slope:
+        x0, y0, x1, y1 = pixel_boxes(np.r_[boxes[:, :2].min(0), boxes[:, 2:].max(0)], out.shape)[0]
+        out[y0:y1, x0:x1] = True
+        return
+    rise = slope * (boxes[:, 0] + boxes[:, 2]) / 2
+    top, bottom = (boxes[:, 1] - rise).min(), (boxes[:, 3] - rise).max()
+    c0, _, c1, _ = pixel_boxes(np.array([boxes[:, 0].min(), 0.0, boxes[:, 2].max(), 0.0]), out.shape)[0]
+    if c1 <= c0:
+        return
+    column = slope * (np.arange(c0, c1) + 0.5)
+    r0 = np.floor(top + column + 1e-6).clip(0, h).astype(np.int64)
+    r1 = np.ceil(bottom + column - 1e-6).clip(0, h).astype(np.int64)
+    lo, hi = int(r0.min()), int(r1.max())
+    rows = np.arange(lo, hi)[:, None]
+    out[lo:hi, c0:c1] |= (rows >= r0) & (rows < r1)
+
+
 def _share_inside(mask: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """float [K]: the share of each (pixel, non-empty) box that the mask covers."""
     x0, y0, x1, y1 = boxes.T
@@ -132,9 +159,12 @@ def snap_to_words(mask: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
     return _snapped(mask, pixel_boxes(boxes, mask.shape))[0]
 
 
-def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _snapped(mask: np.ndarray, boxes: np.ndarray, exact: np.ndarray | None = None,
+             slope: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(the snapped mask, `word_members` bool [K]) of a non-empty mask and pixel boxes [K, 4] (an
-    empty box is never a member: no share of it is inside)."""
+    empty box is never a member: no share of it is inside); each part's words drawn by `fill_unit`
+    from their `exact` boxes (default the pixel boxes) on a page whose lines rise by `slope`."""
+    exact = boxes if exact is None else exact
     parts = _parts(mask)
     members = word_members(mask, boxes, parts)
     if not members.any():
@@ -148,6 +178,7 @@ def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarra
     inside = out[r0:r0 + rows, c0:c0 + cols]               # a view: cleared parts clear `out`
     for part in np.unique(part_of[part_of > 0]):
         words = boxes[members][part_of == part]
+        drawn = exact[members][part_of == part]
         bx0, by0 = words[:, 0].min(), words[:, 1].min()
         bx1, by1 = words[:, 2].max(), words[:, 3].max()
         region = labels == part
@@ -158,7 +189,7 @@ def _snapped(mask: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if held < (PART_ON_WORD if small else TEXT_SHARE) * sizes[part - 1]:
             continue
         inside[region] = False
-        out[by0:by1, bx0:bx1] = True
+        fill_unit(out, drawn, slope)
     return out, members
 
 
@@ -166,7 +197,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                    clicks: np.ndarray | None = None, click_labels: np.ndarray | None = None,
                    box: np.ndarray | None = None, min_share: float = BLOCK_SHARE,
                    blocks: Sequence[Sequence[int]] | None = None, ink: np.ndarray | None = None,
-                   drawings: np.ndarray | None = None) -> np.ndarray:
+                   drawings: np.ndarray | None = None, slope: float = 0.0) -> np.ndarray:
     """`snap_to_words`, then each text block the mask has a hold on is completed to the box around
     the block's words, and a box prompt's mask is kept inside its box. With the page's `ink`
     (`text_blocks.page_ink`), mask parts on blank paper are dropped first and a box prompt's
@@ -179,20 +210,21 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     in the mask, or when a positive click lands inside it (a click on a paragraph means the
     paragraph, not the line under the cursor); a block holding a negative click is never
     completed. `blocks` (word indices per block) saves regrouping the page's words for each of
-    many masks. The input is not modified."""
+    many masks. `slope`: how the page's text lines rise (dy / dx, `form_links.skew_slope`; a skewed
+    scan's units are drawn along it, `fill_unit`). The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
     if ink is not None and mask.any():
         mask = _on_ink(mask, ink)
     boxes = pixel_boxes(word_boxes, mask.shape)
+    exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if mask.any() and len(boxes):
-        out, members = _snapped(mask, boxes)
+        out, members = _snapped(mask, boxes, exact, slope)
     else:
         out, members = mask.copy(), np.zeros(len(boxes), bool)
     clicks = np.zeros((0, 2)) if clicks is None else np.asarray(clicks, dtype=np.float64).reshape(-1, 2)
     positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
     on_text = np.zeros(len(clicks), bool)                  # clicks inside some text unit
     if len(boxes):
-        exact = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
         if blocks is None:
             # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
             blocks = group_blocks(exact, words)
@@ -209,7 +241,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                 x0, y0 = boxes[ids, :2].min(0)
                 x1, y1 = boxes[ids, 2:].max(0)
                 if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
-                    out[y0:y1, x0:x1] = True
+                    fill_unit(out, exact[ids], slope)
         for ids in (unit for block in blocks for unit in field_units(block, exact, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
@@ -219,7 +251,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             # neighbour's mask brushes is not a hold on it
             held = members[ids].mean() >= min_share and (members[ids].sum() >= MIN_HELD or members[ids].mean() >= 0.5)
             if (held or (inside & positive).any()) and not (inside & ~positive).any():
-                out[y0:y1, x0:x1] = True
+                fill_unit(out, exact[ids], slope)
     if drawings is not None and len(drawings) and len(clicks):
         _click_drawings(out, clicks, positive, on_text, np.asarray(drawings).reshape(-1, 4))
     if box is not None:

@@ -74,9 +74,13 @@ def test_a_kept_ocr_cache_is_read_by_the_next_run(tmp_path):
     assert main(args + ["--json", str(tmp_path / "second.json")]) == 0
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == kept
     assert (tmp_path / "first.json").read_text() == (tmp_path / "second.json").read_text()
+    # another confidence threshold reads the same cache: the cache keeps every word read
+    assert main(args + ["--ocr-min-conf", "90"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == kept
 
 
-def test_an_ocr_cache_is_for_scanned_pages(capsys):
+@pytest.mark.parametrize("option", [["--ocr-cache", "ocr/"], ["--ocr-min-conf", "50"]])
+def test_ocr_options_are_for_scanned_pages(capsys, option):
     with pytest.raises(SystemExit):
-        main(["--baseline", "detector", "--ocr-cache", "ocr/"])
-    assert "--ocr-cache" in capsys.readouterr().err
+        main(["--baseline", "detector", *option])
+    assert option[0] in capsys.readouterr().err

@@ -451,7 +451,7 @@ def test_the_predictors_snapping_keeps_a_quotation_for_questions_alone():
     question = ["which paragraph mentions “epsilon”?"]
 
     def snapped(boxes_prompt=None):
-        page = SimpleNamespace(image=image, words=words, text_blocks=None, ink=None, drawings=None)
+        page = SimpleNamespace(image=image, words=words, text_blocks=None, ink=None, drawings=None, slope=None)
         prompts = Prompts(count=1, questions=question, points=None, labels=None, boxes=boxes_prompt)
         return snap_masks(mask, prompts, page, boxes, "blocks")[0]
 
@@ -477,3 +477,43 @@ def test_a_numbered_heading_or_item_is_one_unit_and_a_numbered_table_row_stays_c
     assert field_units(list(range(4)), boxes, ["Total"] + words[1:]) == [[0], [1, 2, 3]]
     row = np.array([[40, 50, 48, 64], [64, 50, 100, 64], [116, 50, 150, 64]], float)
     assert field_units([0, 1, 2], row, ["7", "ACC-4431", "8,134.27"]) == [[0], [1], [2]]
+
+
+def _skewed_heading(slope: float):
+    """A heading of five words on a page turned by `slope` (dy / dx), and its region as the scan
+    turns it: a band 14 px tall rising along the line."""
+    shape = (120, 420)
+    spans = [(20, 90), (98, 160), (168, 250), (258, 320), (328, 400)]
+    boxes = np.array([[x0, 50 + slope * (x0 + x1) / 2 - 7, x1, 50 + slope * (x0 + x1) / 2 + 7] for x0, x1 in spans])
+    rows, cols = np.mgrid[:shape[0], :shape[1]]
+    band = (cols >= 20) & (cols < 400) & (np.abs(rows + 0.5 - 50 - slope * (cols + 0.5)) <= 7)
+    return shape, boxes, band
+
+
+def _iou(a, b):
+    return (a & b).sum() / (a | b).sum()
+
+
+def test_a_unit_on_a_skewed_scan_is_drawn_along_its_line_and_upright_on_a_level_page():
+    from dociq.models.word_snap import fill_unit, pixel_boxes
+
+    slope = np.tan(np.radians(2.0))
+    shape, boxes, band = _skewed_heading(slope)
+    along, upright = np.zeros(shape, bool), np.zeros(shape, bool)
+    fill_unit(along, boxes, slope)
+    fill_unit(upright, boxes)
+    assert _iou(along, band) > 0.9 > 0.6 > _iou(upright, band)
+    x0, y0, x1, y1 = pixel_boxes(np.r_[boxes[:, :2].min(0), boxes[:, 2:].max(0)], shape)[0]
+    assert np.array_equal(upright, _box_mask(y0, y1, x0, x1, shape))        # slope 0: the box around the words
+
+
+def test_snapping_on_a_skewed_scan_follows_the_line():
+    from dociq.models.word_snap import snap_to_blocks
+
+    slope = np.tan(np.radians(2.0))
+    shape, boxes, band = _skewed_heading(slope)
+    blob = np.zeros(shape, bool)
+    blob[44:70, 95:330] = True                                        # the decoder's mask on the heading's middle words
+    out = snap_to_blocks(blob, boxes, ["A", "Heading", "on", "a", "scan"], slope=slope)
+    assert _iou(out, band) > 0.9
+    assert _iou(snap_to_blocks(blob, boxes, ["A", "Heading", "on", "a", "scan"]), band) < 0.6
