@@ -2,7 +2,7 @@
 ruling lines erased, and per confidence threshold, on clean or scanned corpus pages.
 
     python scripts/bench_ocr.py --corpus data/forms_html --split all --pages 20 --scan
-    python scripts/bench_ocr.py --corpus data/corpus --split val --pages 16 [--scan] [--min-conf 50 30 0]
+    python scripts/bench_ocr.py --corpus data/corpus --split val --pages 16 [--scan] [--min-conf 50 30 0 -1]
 
 Each page's text-layer words are the truth; a setting's recall is the share of them (normalised,
 case-folded, counted with repeats) among the words `TesseractOCR(binarize=..., erase_rules=...,
@@ -22,7 +22,7 @@ import numpy as np
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.lexical import normalise
-from dociq.data.ocr import BINARIZATIONS, MIN_CONFIDENCE, TesseractOCR
+from dociq.data.ocr import BINARIZATIONS, MIN_CONFIDENCE, MIN_CONFIDENCE_DIGITS, TesseractOCR
 from dociq.data.scanned import degraded
 
 
@@ -47,8 +47,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="which scan each page gets (as dociq eval --seed)")
     p.add_argument("--binarize", nargs="+", choices=sorted(BINARIZATIONS), default=["otsu", "sauvola"])
     p.add_argument("--min-conf", nargs="+", type=float, default=[MIN_CONFIDENCE],
-                   help="confidence thresholds (0..100): a word is kept above one (TesseractOCR's min_conf; "
-                        "default: every word read)")
+                   help="confidence thresholds (0..100): a word is kept above one (TesseractOCR's min_conf)")
+    p.add_argument("--digits-min-conf", type=float, default=MIN_CONFIDENCE_DIGITS,
+                   help="a word holding a digit is kept above this (TesseractOCR's min_conf_digits; default: "
+                        "every one; give the --min-conf value to treat all words alike)")
     args = p.parse_args()
     pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split)
     picked = np.unique(np.linspace(0, len(pages) - 1, min(args.pages, len(pages))).round().astype(int))
@@ -66,7 +68,7 @@ def main() -> None:
             read = reader.recognise(image)
             seconds[name] += time.perf_counter() - start
             for t in args.min_conf:
-                words = read.confident(t).words
+                words = read.confident(t, args.digits_min_conf).words
                 recall[name, t].append(word_recall(page.words, words))
                 precision[name, t].append(word_precision(page.words, words))
     print(f"{args.corpus} ({args.split}), {len(next(iter(recall.values())))} pages, "

@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "so a later run on the same pages reads them instead of running tesseract again "
                         "(default: a temporary folder, one OCR per page for all checkpoints of the run)")
     p.add_argument("--ocr-min-conf", type=float, default=None, metavar="CONF",
-                   help="with --scan: keep the words tesseract reads with a confidence over CONF (0..100; "
-                        "default: every word it reads, TesseractOCR's default)")
+                   help="with --scan: keep the words tesseract reads with a confidence over CONF (0..100), "
+                        "those with digits too (default: TesseractOCR's, over 50 and every word holding a digit)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -130,7 +130,7 @@ def _pages(args, image_size: int, ocr_cache: str | None = None):
                                    seed=args.seed, degrade=0.3)
     if not args.scan:
         return pages
-    options = {} if args.ocr_min_conf is None else {"min_conf": args.ocr_min_conf}
+    options = {} if args.ocr_min_conf is None else {"min_conf": args.ocr_min_conf, "min_conf_digits": args.ocr_min_conf}
     return ScannedPages(pages, args.seed, ocr=TesseractOCR(cache=ocr_cache, **options))
 
 

@@ -54,9 +54,11 @@ class OcrWords:
         scale = np.array([sx, sy, sx, sy], dtype=np.float32)
         return OcrWords(list(self.words), self.boxes * scale, size, self.confidences.copy())
 
-    def confident(self, min_conf: float) -> "OcrWords":
-        """The words read with confidence above `min_conf` (0..100)."""
-        keep = self.confidences > min_conf
+    def confident(self, min_conf: float, min_conf_digits: float | None = None) -> "OcrWords":
+        """The words read with confidence above `min_conf` (0..100), and those holding a digit above
+        `min_conf_digits` (default `min_conf`)."""
+        digits = min_conf if min_conf_digits is None else min_conf_digits
+        keep = self.confidences > np.array([digits if any(c.isdigit() for c in w) else min_conf for w in self.words])
         if keep.all():
             return self
         return OcrWords([w for w, k in zip(self.words, keep) if k], self.boxes[keep], self.size, self.confidences[keep])
@@ -142,19 +144,21 @@ BINARIZATIONS = {"otsu": 0, "leptonica-otsu": 1, "sauvola": 2}
 WORD_BOXES = ("font", "ink", "line")
 
 
-# Tesseract's word confidences run 0..100; TesseractOCR keeps the words above this, by default every
-# word it reads. Of the words read at 50 or under on 12 scanned training pages of the corpus, 75 % lie
-# on a word of the text layer (misread code, hyphenation, small print), and dropping them lost the
-# long codes in forms' value boxes that tesseract reads at ~48: on 60 scanned training forms the
-# nearest-words rule answered field questions at 76.6 with words over 50, 81.3 over 0, 82.3 with all
-# (docs/finetune.md, "Every word tesseract reads").
-MIN_CONFIDENCE = -1.0
+# Tesseract's word confidences run 0..100; TesseractOCR keeps the words above MIN_CONFIDENCE, and the
+# words holding a digit whatever their confidence (MIN_CONFIDENCE_DIGITS). Its language model scores
+# codes, amounts, dates and phone numbers low even when it reads them right (a form's account number
+# "PSPQ35853042122962" at 48), where a low-confidence word without a digit is mostly a misread or a
+# mark read as letters (70 of the 181 words read on signature strokes of 60 scanned training forms).
+# On those forms (nearest-words rule / signature rule, mIoU): over 50 77.4 / 78.7; digits kept too
+# 80.8 / 77.7; every word 83.1 / 5.8 (docs/finetune.md, "Words tesseract doubts").
+MIN_CONFIDENCE, MIN_CONFIDENCE_DIGITS = 50.0, -1.0
 
 
 class TesseractOCR:
-    """Tesseract via pytesseract; words with confidence > `min_conf` (0..100; default MIN_CONFIDENCE:
-    every word read; a cache keeps every word, whatever the threshold). Pages whose longest side is
-    under `min_long_side` px are enlarged to it first (None: read as given). `binarize`: one of
+    """Tesseract via pytesseract; words with confidence > `min_conf` (0..100), those holding a digit
+    > `min_conf_digits` (default: all of them; see MIN_CONFIDENCE_DIGITS); a cache keeps every word
+    read, whatever the thresholds. Pages whose longest side is under `min_long_side` px are
+    enlarged to it first (None: read as given). `binarize`: one of
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
     page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
 
@@ -170,6 +174,7 @@ class TesseractOCR:
     name = "tesseract"
 
     def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = MIN_CONFIDENCE,
+                 min_conf_digits: float = MIN_CONFIDENCE_DIGITS,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
                  binarize: str = "sauvola", erase_rules: bool = True):
@@ -181,7 +186,8 @@ class TesseractOCR:
         if word_boxes not in WORD_BOXES:
             raise ValueError(f"word_boxes={word_boxes!r} is not one of {WORD_BOXES}. Fix: pass one of those "
                              "('font' spans the font's height, as a PDF text layer's boxes do)")
-        self.lang, self.psm, self.min_conf, self.binarize = lang, int(psm), float(min_conf), binarize
+        self.lang, self.psm, self.binarize = lang, int(psm), binarize
+        self.min_conf, self.min_conf_digits = float(min_conf), float(min_conf_digits)
         self.word_boxes, self.erase_rules = word_boxes, bool(erase_rules)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
@@ -206,7 +212,7 @@ class TesseractOCR:
         else:
             key = OcrCache.key(image_hash(image), self.name, self.settings())
             read = self.cache.get_or_compute(key, lambda: self._run(image))
-        return read.confident(self.min_conf)
+        return read.confident(self.min_conf, self.min_conf_digits)
 
     def _run(self, image: np.ndarray) -> OcrWords:
         import pytesseract as pt

@@ -137,18 +137,22 @@ def test_tesseract_reads_large_words_and_caches(pdf_path, tmp_path, monkeypatch,
     np.testing.assert_array_equal(cached.confidences, words.confidences)
     # the cache keeps every word read: another confidence threshold reads it without tesseract
     strict = TesseractOCR(cache=tmp_path / "cache", psm=11, min_long_side=min_long_side,
-                          min_conf=float(words.confidences.min())).recognise(image)
+                          min_conf=float(words.confidences.min()), min_conf_digits=float(words.confidences.min())
+                          ).recognise(image)
     assert strict.words == [w for w, c in zip(words.words, words.confidences) if c > words.confidences.min()]
 
 
-def test_confident_keeps_the_words_above_the_threshold():
-    read = OcrWords(["Total:", "PSFQ3585", "|"], np.array([[0, 0, 5, 5], [6, 0, 20, 5], [21, 0, 22, 5]]), (10, 30),
-                    np.array([96.0, 48.0, 12.0]))
+def test_confident_keeps_the_words_above_the_threshold_and_codes_with_digits():
+    read = OcrWords(["Total:", "PSFQ3585", "|", "inom"], np.array([[0, 0, 5, 5], [6, 0, 20, 5], [21, 0, 22, 5],
+                                                                  [23, 0, 29, 5]]), (10, 30),
+                    np.array([96.0, 48.0, 12.0, 34.0]))
     kept = read.confident(30.0)
-    assert kept.words == ["Total:", "PSFQ3585"]
-    np.testing.assert_array_equal(kept.boxes, [[0, 0, 5, 5], [6, 0, 20, 5]])
-    np.testing.assert_array_equal(kept.confidences, [96.0, 48.0])
+    assert kept.words == ["Total:", "PSFQ3585", "inom"]
+    np.testing.assert_array_equal(kept.boxes, [[0, 0, 5, 5], [6, 0, 20, 5], [23, 0, 29, 5]])
+    np.testing.assert_array_equal(kept.confidences, [96.0, 48.0, 34.0])
     assert read.confident(-1.0) is read
+    # a code tesseract's language model doubts is kept; a doubted word without a digit (a scribble) is not
+    assert read.confident(50.0, min_conf_digits=-1.0).words == ["Total:", "PSFQ3585"]
 
 
 FORM_FIELDS = [("Full name:", "Stacey Padilla"), ("Employer:", "Pearson Group"), ("Reference:", "AK/6749/25"),
