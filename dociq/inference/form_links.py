@@ -14,6 +14,7 @@ detector_baseline) answers with the rule alone.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -58,8 +59,9 @@ class PageWords:
             self._slope = skew_slope(self.boxes)
         return self._slope
 
-    @property
+    @cached_property
     def _rise(self) -> np.ndarray:
+        # the skew's rise at each word, once: `tops` and `bottoms` are read in every line test
         return self.slope * self.centres[:, 0]
 
     @property
