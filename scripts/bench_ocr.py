@@ -22,7 +22,7 @@ import numpy as np
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.lexical import normalise
-from dociq.data.ocr import BINARIZATIONS, MIN_CONFIDENCE, MIN_CONFIDENCE_DIGITS, TesseractOCR
+from dociq.data.ocr import BINARIZATIONS, EVERY_WORD, TesseractOCR
 from dociq.data.scanned import degraded
 
 
@@ -46,9 +46,9 @@ def main() -> None:
     p.add_argument("--scan", action="store_true", help="degrade each page as a scan first (dociq eval --scan)")
     p.add_argument("--seed", type=int, default=0, help="which scan each page gets (as dociq eval --seed)")
     p.add_argument("--binarize", nargs="+", choices=sorted(BINARIZATIONS), default=["otsu", "sauvola"])
-    p.add_argument("--min-conf", nargs="+", type=float, default=[MIN_CONFIDENCE],
+    p.add_argument("--min-conf", nargs="+", type=float, default=[EVERY_WORD],
                    help="confidence thresholds (0..100): a word is kept above one (TesseractOCR's min_conf)")
-    p.add_argument("--digits-min-conf", type=float, default=MIN_CONFIDENCE_DIGITS,
+    p.add_argument("--digits-min-conf", type=float, default=EVERY_WORD,
                    help="a word holding a digit is kept above this (TesseractOCR's min_conf_digits; default: "
                         "every one; give the --min-conf value to treat all words alike)")
     args = p.parse_args()

@@ -138,3 +138,18 @@ def test_a_class_the_classifier_never_saw_keeps_the_decoders_mask(predictor):
     decoder, _ = predictor.predict(question="the page number")
     np.testing.assert_array_equal(unseen, decoder)
     assert not np.array_equal(named, decoder)
+
+
+def test_a_unit_of_words_the_ocr_doubts_answers_no_class_question(predictor, page):
+    """Ink tesseract reads as letters it doubts (a signature's stroke read as "WINSTON") is no
+    title, whatever the unit classifier makes of it; the words stay the page's."""
+    from dociq.data.ocr import OcrWords
+
+    predictor, _ = predictor
+    confidences = np.full(len(WORDS), 95.0)
+    predictor.set_image(page, words=OcrWords(WORDS, WORD_BOXES, (H, W), confidences))
+    assert predictor.predict(question="segment the title")[0][0][5:20, 10:70].all()
+    confidences[WORDS.index("Report")] = 20.0
+    predictor.set_image(page, words=OcrWords(WORDS, WORD_BOXES, (H, W), confidences))
+    assert not predictor.predict(question="segment the title")[0][0][5:20, 10:70].any()
+    assert predictor.page.words == WORDS

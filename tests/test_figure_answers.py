@@ -113,3 +113,22 @@ def test_the_predictor_answers_a_signature_question_with_the_signature(finetune_
     for mask in masks:
         np.testing.assert_array_equal(np.argwhere(mask).min(0), [173, 28])
         np.testing.assert_array_equal(np.argwhere(mask).max(0) + 1, [222, 152])
+
+
+def test_a_stroke_read_as_doubtful_words_is_still_a_signature(finetune_checkpoint):
+    """Tesseract reads letters from a signature's stroke at a confidence it doubts: as given words
+    they hide the stroke's ink; with the OCR's confidences the Predictor still sees the stroke."""
+    from dociq.data.ocr import OcrWords
+
+    image, words, boxes, _ = _form_with_a_signature()
+    words, boxes = words + ["Aolbre"], np.concatenate([boxes, [[34, 174, 148, 198]]])
+    confidences = np.array([96, 95, 93, 96, 91, 92, 21], np.float32)
+    predictor = Predictor.from_checkpoint(finetune_checkpoint[0])
+    predictor.set_image(image, words=OcrWords(words, boxes, image.shape[:2], confidences))
+    masks, _ = predictor.predict(question=["find the signature"])
+    np.testing.assert_array_equal(np.argwhere(masks[0]).min(0), [173, 28])
+    np.testing.assert_array_equal(np.argwhere(masks[0]).max(0) + 1, [222, 152])
+    assert len(predictor.page.words) == 7                  # the doubted word stays a word of the page
+    predictor.set_image(image, words=words, word_boxes=boxes)     # the same words without confidences
+    assert not np.array_equal(predictor.predict(question=["find the signature"])[0][0], masks[0])
+

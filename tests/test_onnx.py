@@ -270,3 +270,10 @@ def test_class_questions_take_the_named_units_on_both_backends(pair, monkeypatch
     x0, y0, x1, y1 = boxes[len(words) // 2].astype(int)
     number, paragraphs = answers[0][0], answers[0][1]
     assert number[y0:y1, x0:x1].all() and number.sum() < paragraphs.sum() / 4   # its unit, not the page
+    # words the OCR doubts (those without a digit, here) name no unit, on the runner as on torch
+    from dociq.data.ocr import OcrWords
+
+    doubted = OcrWords(words, boxes, image.shape[:2], np.full(len(words), 10.0))
+    both = [p.predict(image, question=questions, words=doubted)[0] for p in (torch_predictor, onnx_predictor)]
+    np.testing.assert_array_equal(both[0], both[1])
+    assert not np.array_equal(both[0], answers[0])

@@ -287,6 +287,29 @@ def test_an_image_is_read_by_tesseract(tmp_path, finetune_checkpoint, text_pdf):
     assert "Hello" in " ".join(r["text"] for r in page["regions"])
 
 
+def test_tesseracts_confidences_reach_the_predictor(tmp_path, finetune_checkpoint, monkeypatch):
+    """A page read by tesseract reaches the Predictor with each word's confidence, so the words it
+    doubts are told apart there (they hide no signature, name no class)."""
+    from PIL import Image
+
+    from dociq.data.ocr import OcrWords
+    from dociq.inference.documents import DocumentSegmenter
+    from dociq.inference.predictor import Predictor
+
+    class Reader:
+        def recognise(self, image):
+            return OcrWords(["Total:", "scribble"], np.array([[10, 10, 60, 24], [70, 10, 140, 24]]),
+                            image.shape[:2], np.array([96.0, 12.0]))
+
+    Image.fromarray(np.full((100, 200, 3), 255, np.uint8)).save(tmp_path / "page.png")
+    segmenter = DocumentSegmenter(Predictor.from_checkpoint(finetune_checkpoint[0]), questions=["the title"],
+                                  regions=False, ocr="tesseract")
+    monkeypatch.setattr(segmenter, "tesseract", Reader)
+    result = segmenter.segment_page(tmp_path / "page.png", 1)
+    assert result.words == ["Total:", "scribble"] and result.word_source == "tesseract"
+    np.testing.assert_array_equal(segmenter.predictor.page.word_confidences, [96.0, 12.0])
+
+
 def test_images_without_tesseract_name_the_fix(tmp_path, monkeypatch, capsys):
     import dociq.data.ocr as ocr
     from PIL import Image

@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "so a later run on the same pages reads them instead of running tesseract again "
                         "(default: a temporary folder, one OCR per page for all checkpoints of the run)")
     p.add_argument("--ocr-min-conf", type=float, default=None, metavar="CONF",
-                   help="with --scan: keep the words tesseract reads with a confidence over CONF (0..100), "
-                        "those with digits too (default: TesseractOCR's, over 50 and every word holding a digit)")
+                   help="with --scan: keep only the words tesseract reads with a confidence over CONF (0..100), "
+                        "those with digits too (default: TesseractOCR's, every word)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p

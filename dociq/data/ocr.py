@@ -17,7 +17,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +27,31 @@ from dociq.data.ruling_lines import erase_ruling_lines
 from dociq.io.atomic import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
+
+
+# Tesseract's word confidences run 0..100. TesseractOCR keeps every word it reads (EVERY_WORD): on
+# scanned corpus pages the words it doubts are mostly true words (layout / reading / box / click
+# 44.9 / 58.9 / 86.5 / 54.3 -> 46.3 / 62.3 / 88.1 / 58.4 with them), and on scanned forms the field
+# values they hold (field questions 80.1 -> 83.1). A word over SURE_CONFIDENCE, or holding a digit
+# over SURE_CONFIDENCE_DIGITS, is read surely (`read_surely`); the others may be a mark read as
+# letters (70 of the 181 words read on signature strokes of 60 scanned training forms), so the
+# Predictor tells a page's pictures and its class answers from the sure words only. Its language
+# model scores codes, amounts and dates low even when it reads them right (a form's account number
+# "PSPQ35853042122962" at 48), hence the digits' bar (docs/finetune.md, "Words tesseract doubts").
+EVERY_WORD = -1.0
+SURE_CONFIDENCE, SURE_CONFIDENCE_DIGITS = 50.0, -1.0
+
+
+def read_surely(words: Sequence[str], confidences: np.ndarray | None, min_conf: float = SURE_CONFIDENCE,
+                min_conf_digits: float | None = SURE_CONFIDENCE_DIGITS) -> np.ndarray:
+    """bool [N]: the words read with confidence above `min_conf` (0..100), and those holding a digit
+    above `min_conf_digits` (None: `min_conf`); every word when `confidences` is None (words a
+    caller or a text layer gives)."""
+    if confidences is None:
+        return np.ones(len(words), bool)
+    digits = min_conf if min_conf_digits is None else min_conf_digits
+    bars = np.array([digits if any(c.isdigit() for c in w) else min_conf for w in words], np.float64)
+    return np.asarray(confidences, np.float64).reshape(-1) > bars
 
 
 @dataclass
@@ -57,8 +82,7 @@ class OcrWords:
     def confident(self, min_conf: float, min_conf_digits: float | None = None) -> "OcrWords":
         """The words read with confidence above `min_conf` (0..100), and those holding a digit above
         `min_conf_digits` (default `min_conf`)."""
-        digits = min_conf if min_conf_digits is None else min_conf_digits
-        keep = self.confidences > np.array([digits if any(c.isdigit() for c in w) else min_conf for w in self.words])
+        keep = read_surely(self.words, self.confidences, min_conf, min_conf_digits)
         if keep.all():
             return self
         return OcrWords([w for w, k in zip(self.words, keep) if k], self.boxes[keep], self.size, self.confidences[keep])
@@ -144,20 +168,10 @@ BINARIZATIONS = {"otsu": 0, "leptonica-otsu": 1, "sauvola": 2}
 WORD_BOXES = ("font", "ink", "line")
 
 
-# Tesseract's word confidences run 0..100; TesseractOCR keeps the words above MIN_CONFIDENCE, and the
-# words holding a digit whatever their confidence (MIN_CONFIDENCE_DIGITS). Its language model scores
-# codes, amounts, dates and phone numbers low even when it reads them right (a form's account number
-# "PSPQ35853042122962" at 48), where a low-confidence word without a digit is mostly a misread or a
-# mark read as letters (70 of the 181 words read on signature strokes of 60 scanned training forms).
-# On those forms (nearest-words rule / signature rule, mIoU): over 50 77.4 / 78.7; digits kept too
-# 80.8 / 77.7; every word 83.1 / 5.8 (docs/finetune.md, "Words tesseract doubts").
-MIN_CONFIDENCE, MIN_CONFIDENCE_DIGITS = 50.0, -1.0
-
-
 class TesseractOCR:
     """Tesseract via pytesseract; words with confidence > `min_conf` (0..100), those holding a digit
-    > `min_conf_digits` (default: all of them; see MIN_CONFIDENCE_DIGITS); a cache keeps every word
-    read, whatever the thresholds. Pages whose longest side is under `min_long_side` px are
+    > `min_conf_digits` (default: every word, each with its confidence; see EVERY_WORD); a cache
+    keeps every word read, whatever the thresholds. Pages whose longest side is under `min_long_side` px are
     enlarged to it first (None: read as given). `binarize`: one of
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
     page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
@@ -173,8 +187,8 @@ class TesseractOCR:
 
     name = "tesseract"
 
-    def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = MIN_CONFIDENCE,
-                 min_conf_digits: float = MIN_CONFIDENCE_DIGITS,
+    def __init__(self, lang: str = "eng", psm: int = 3, min_conf: float = EVERY_WORD,
+                 min_conf_digits: float = EVERY_WORD,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
                  binarize: str = "sauvola", erase_rules: bool = True):

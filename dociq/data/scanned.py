@@ -60,4 +60,5 @@ class ScannedPages(Sequence):
         regions = [dataclasses.replace(r, word_ids=ids, text=" ".join(words[k] for k in ids))
                    for r, ids in zip(scanned.regions, owned)]
         return dataclasses.replace(scanned, words=words, word_boxes=boxes, regions=regions,
+                                   word_confidences=np.asarray(read.confidences, np.float32),
                                    meta={**scanned.meta, "words_from": "tesseract", "scanned": True})

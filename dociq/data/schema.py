@@ -62,6 +62,8 @@ class Page:
     questions:  prompts with their target masks
     links:      (key region index, value region index) pairs, e.g. form key -> value
     meta:       page id, source path, original size (H, W), anything provenance-like
+    word_confidences: float32 [N] the OCR engine's confidence in each word (0..100), None where
+                the words are a text layer's or given
     """
 
     image: np.ndarray
@@ -71,6 +73,7 @@ class Page:
     questions: list[Question] = field(default_factory=list)
     links: list[tuple[int, int]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    word_confidences: np.ndarray | None = None
 
     @property
     def size(self) -> tuple[int, int]:

@@ -33,6 +33,7 @@ import torch
 
 from dociq.data.collate import choose_questions, sample_points
 from dociq.data.masks import mask_boxes
+from dociq.data.ocr import OcrWords
 from dociq.data.schema import QUESTION_KINDS, Page
 from dociq.data.scoring import (REGION_SIZES, VAL_SEED, MeanByName, SegmentationMetrics, layout_class,
                                 metric_results, per_prompt_iou_dice, regions_as_prompts)
@@ -41,6 +42,14 @@ from dociq.io.track import track
 ANSWER_SETS = ("question", "box", "question_no_ocr", "box_region", "point_region")
 # Predictor(snap=...) modes and the suffix their scores carry.
 SNAP_SUFFIXES = {None: "raw", "words": "snap", "blocks": "blocks"}
+
+
+def word_inputs(page: Page) -> dict[str, Any]:
+    """A page's words as an answerer's `set_image(image, **...)` takes them: with the OCR's
+    confidences where the page has them (a scan's), so the answerer can tell the words it doubts."""
+    if page.word_confidences is None:
+        return {"words": list(page.words), "word_boxes": np.asarray(page.word_boxes)}
+    return {"words": OcrWords(list(page.words), np.asarray(page.word_boxes), page.size, page.word_confidences)}
 
 
 def page_seed(page: Page, seed: int) -> int:
@@ -130,7 +139,7 @@ def evaluate_answers(answerer: Any, pages: Sequence[Page], max_pages: int | None
         g = torch.Generator().manual_seed(page_seed(page, seed))
         questions = [page.questions[k] for k in choose_questions(page, max_questions, g)]
         regions = regions_as_prompts(page, max_questions, seed).questions
-        answerer.set_image(page.image, words=list(page.words), word_boxes=np.asarray(page.word_boxes))
+        answerer.set_image(page.image, **word_inputs(page))
         asks = []
         if questions:
             q_targets, q_kinds = [q.mask for q in questions], [q.kind for q in questions]

@@ -53,6 +53,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dociq.data.lexical import normalise, question_content_words
+from dociq.data.ocr import OcrWords, read_surely
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
 from dociq.data.text_blocks import group_lines, page_ink
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
@@ -88,7 +89,7 @@ class Detections:
     boxes: np.ndarray          # float [N, 4] x0, y0, x1, y1 page pixels
     scores: np.ndarray         # float [N]
     labels: list[str]
-    image: np.ndarray | None = None           # the page and its word boxes, for the signature rule
+    image: np.ndarray | None = None           # the page and its surely read words' boxes, for the signature rule
     word_boxes: np.ndarray | None = None
 
     @cached_property
@@ -117,16 +118,21 @@ class DetectorTextSearch:
         self.detector = detector if detector is not None else LayoutDetector(threads=threads)
         self._page: tuple | None = None
 
-    def set_image(self, image: np.ndarray, words: Sequence[str] | None = None, word_boxes: Any = None) -> None:
-        """Detect the page's layout once and keep its OCR words (pixels of the page)."""
+    def set_image(self, image: np.ndarray, words: Sequence[str] | OcrWords | None = None, word_boxes: Any = None) -> None:
+        """Detect the page's layout once and keep its OCR words (pixels of the page; an OcrWords
+        brings its confidences, and the signature rule sees the words read surely, as the Predictor's)."""
         image = np.asarray(image)
+        confidences = None
+        if isinstance(words, OcrWords):
+            read = words.scaled_to(image.shape[:2])
+            words, word_boxes, confidences = read.words, read.boxes, read.confidences
         words = list(words or [])
         word_boxes = np.asarray(word_boxes if word_boxes is not None else np.zeros((0, 4)), np.float64).reshape(-1, 4)
         if len(words) != len(word_boxes):
             raise ValueError(f"{len(words)} words but {len(word_boxes)} word boxes")
         boxes, scores, labels = self.detector(image)
         detections = Detections(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64),
-                                list(labels), image, word_boxes)
+                                list(labels), image, word_boxes[read_surely(words, confidences)])
         self._page = (image.shape[:2], PageWords(words, word_boxes), detections)
 
     @property

@@ -71,6 +71,7 @@ class PageResult:
     word_source: str                 # "pdf" (text layer), "tesseract" or "none"
     dpi: float | None                # a PDF page's rendering resolution; None for an image
     regions: list[PageRegion] = field(default_factory=list)
+    word_confidences: np.ndarray | None = None   # tesseract's, 0..100 (None: a text layer's words)
 
     @property
     def height(self) -> int:
@@ -136,16 +137,19 @@ class DocumentSegmenter:
             words, source = self.tesseract().recognise(image), "tesseract"
         words = (words or OcrWords([], np.zeros((0, 4)), image.shape[:2])).scaled_to(image.shape[:2])
         return PageResult(page=page, image=image, words=list(words.words), word_boxes=words.boxes,
-                          word_source=source, dpi=dpi)
+                          word_source=source, dpi=dpi,
+                          word_confidences=words.confidences if source == "tesseract" else None)
 
     def segment_page(self, path: str | Path, page: int) -> PageResult:
         result = self.read_page(path, page)
         found: list[PageRegion] = []
+        words = result.words if result.word_confidences is None else \
+            OcrWords(result.words, result.word_boxes, result.image.shape[:2], result.word_confidences)
         if self.segmenter is not None:
-            for r in self.segmenter.segment(result.image, words=result.words, word_boxes=result.word_boxes):
+            for r in self.segmenter.segment(result.image, words=words, word_boxes=result.word_boxes):
                 found.append(PageRegion(r.mask, np.asarray(r.box, np.float32), r.category, float(r.score)))
         else:
-            self.predictor.set_image(result.image, words=result.words, word_boxes=result.word_boxes)
+            self.predictor.set_image(result.image, words=words, word_boxes=result.word_boxes)
         if self.questions:
             masks, scores = self.predictor.predict(question=self.questions)     # the Predictor's defaults
             for question, mask, score in zip(self.questions, masks, scores):

@@ -59,6 +59,7 @@ class OnnxPage:
     scale: float
     original_size: tuple[int, int]
     input_size: tuple[int, int]
+    word_confidences: np.ndarray | None = None   # the OCR's confidence in each word (0..100), None: words given
     text_blocks: list[list[int]] | None = None   # group_blocks of the words, once a prompt needs them
     ink: np.ndarray | None = None                # page_ink of the image, once a box or click needs it
     drawings: np.ndarray | None = None           # the page's pictures (word_snap.picture_boxes), once a click needs them
@@ -135,7 +136,7 @@ class OnnxPredictor:
         """`Predictor.set_image`: the page and its OCR words, embedded once by page_encoder.onnx."""
         self.reset_image()
         page_image = read_page_image(image)
-        page_words, page_boxes = read_page_words(page_image, words, word_boxes, ocr)
+        page_words, page_boxes, confidences = read_page_words(page_image, words, word_boxes, ocr)
         pixels, scale = inputs.letterbox(page_image, self.image_size)
         seen = page_words if self.use_ocr else []
         enc = inputs.encode_words(self.ocr_tokenizer, seen, inputs.layout_boxes(page_boxes, scale, self.image_size)
@@ -157,7 +158,7 @@ class OnnxPredictor:
         names = [o.name for o in self.sessions["page_encoder"].get_outputs()]
         h, w = page_image.shape[:2]
         self._page = OnnxPage(page_image, list(page_words), page_boxes, tokens, dict(zip(names, outputs)), scale,
-                              (h, w), inputs.resize_longest_side((h, w), self.image_size))
+                              (h, w), inputs.resize_longest_side((h, w), self.image_size), confidences)
 
     # ---- prompts -----------------------------------------------------------------------------
 

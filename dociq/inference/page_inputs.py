@@ -32,13 +32,14 @@ def read_page_image(image: Any) -> np.ndarray:
         return to_rgb_array(image)
     raise TypeError(f"image must be a path, a PIL image or a uint8 [H, W, 3] array, got {type(image).__name__}")
 
-def read_page_words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray]:
-    """The page's OCR words and pixel boxes from words + word_boxes, an OcrWords or an OCR backend."""
+def read_page_words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """The page's OCR words, pixel boxes and OCR confidences (0..100; None for words a caller gives)
+    from words + word_boxes, an OcrWords or an OCR backend."""
     if isinstance(words, OcrWords):
         words = words.scaled_to(image.shape[:2])
-        return list(words.words), words.boxes
+        return list(words.words), words.boxes, words.confidences
     if words is not None:
-        return check_words(words, word_boxes, image.shape[:2])
+        return (*check_words(words, word_boxes, image.shape[:2]), None)
     if word_boxes is not None:
         raise ValueError("word_boxes given without words: pass words=[...] with one word per box "
                          "(or leave word_boxes out)")
@@ -51,6 +52,6 @@ def read_page_words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str
                              "words=PdfTextLayer().words(pdf, page_index, image.shape[:2]) (the CLI: "
                              "--pdf FILE --page N), or ocr='tesseract' for a scanned page")
         found = backend.recognise(image).scaled_to(image.shape[:2])
-        return list(found.words), found.boxes
+        return list(found.words), found.boxes, found.confidences
     log.warning("no OCR words given (words=None, ocr=None): the model sees the page image only")
-    return [], np.zeros((0, 4), np.float32)
+    return [], np.zeros((0, 4), np.float32), None

@@ -145,7 +145,7 @@ class Predictor:
         embed it once: image + OCR encoders, fusion trunk and neck. Every later `predict` reuses it."""
         self.reset_image()
         page_image = self._image(image)
-        page_words, page_boxes = self._words(page_image, words, word_boxes, ocr)
+        page_words, page_boxes, confidences = self._words(page_image, words, word_boxes, ocr)
         batch = self.collator([Page(image=page_image, words=page_words, word_boxes=page_boxes)])
         cut = int(batch["ocr_truncated"][0])
         if cut and self.use_ocr:
@@ -161,7 +161,8 @@ class Predictor:
         embedding = self.model.embed_page(batch)
         self.model.keep_page_layout(embedding)       # the grounding's page-only maps, once for all prompts
         self._page = PageState(image=page_image, words=page_words,
-                               word_boxes=page_boxes, ocr_word_index=batch["ocr_word_index"].cpu(),
+                               word_boxes=page_boxes, word_confidences=confidences,
+                               ocr_word_index=batch["ocr_word_index"].cpu(),
                                embedding=embedding, scale=float(batch["meta"][0]["scale"]),
                                original_size=(h, w), input_size=resize_longest_side((h, w), self.image_size))
 
@@ -203,7 +204,7 @@ class Predictor:
         return read_page_image(image)
 
     @staticmethod
-    def _words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray]:
+    def _words(image: np.ndarray, words, word_boxes, ocr) -> tuple[list[str], np.ndarray, np.ndarray | None]:
         return read_page_words(image, words, word_boxes, ocr)
 
     def _check_prompts(self, question, points, point_labels, boxes, mask_input, size: tuple[int, int]) -> Prompts:
@@ -340,6 +341,7 @@ class PageState:
     image: np.ndarray                # uint8 [H, W, 3] the original page
     words: list[str]                 # the page's OCR words
     word_boxes: np.ndarray           # float [N, 4] their pixel boxes on the original page
+    word_confidences: np.ndarray | None   # float [N] the OCR's confidence in each (0..100), None: words given
     ocr_word_index: torch.Tensor     # long [1, T] page word of each OCR token (for the lexical match)
     embedding: PageEmbedding         # SegmentationModel.embed_page of the page
     scale: float                     # original page pixels -> model input pixels

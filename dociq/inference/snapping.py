@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from dociq.data.ocr import read_surely
 from dociq.data.text_blocks import page_blocks, page_ink
 from dociq.inference.class_answers import class_answer, named_class, text_units
 from dociq.inference.figure_answers import (SIGNATURE_CLASS, figure_answer, page_pictures, picture_question,
@@ -114,6 +115,16 @@ def page_slope(page, word_boxes: np.ndarray) -> float:
     return page.slope
 
 
+def printed_boxes(page, word_boxes: np.ndarray) -> np.ndarray:
+    """The boxes of the words the OCR read surely (`ocr.read_surely`; all of them without
+    confidences): what the page's pictures are told from. A word read from a signature's stroke or
+    a plot's marks, at a confidence tesseract doubts, stays a word for the model and the text, but
+    its ink is still a drawing."""
+    if not len(word_boxes) or page.word_confidences is None:
+        return word_boxes
+    return word_boxes[read_surely(page.words, page.word_confidences)]
+
+
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
                unit_classifier: UnitClassifier | None = None) -> np.ndarray:
     """masks bool [Q, (C,) H, W] at the page's size -> the same, snapped (`mode` "words" or
@@ -138,7 +149,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     if mode == "blocks" and page.ink is None:
         page.ink = page_ink(page.image)                    # once per page, for all of its prompts
     if mode == "blocks" and prompts.points is not None and page.drawings is None:
-        page.drawings = picture_boxes(drawing_boxes(page.ink, word_boxes), word_boxes)   # for clicks
+        printed = printed_boxes(page, word_boxes)
+        page.drawings = picture_boxes(drawing_boxes(page.ink, printed), printed)   # for clicks
     out = np.empty_like(masks)
     form_words = None                                      # the page's words for field questions, once
     for q in range(masks.shape[0]):
@@ -177,8 +189,14 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     if any(named) and page.unit_probs is None:                                   # once per page
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)
         page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
+    probs = page.unit_probs
+    if any(named) and page.word_confidences is not None and len(page.text_units):
+        # a unit of words the OCR only doubts is ink read as letters (a signature's stroke read as
+        # "WINSTON", a stamp), not a title or a paragraph
+        sure = read_surely(page.words, page.word_confidences)
+        probs = np.where(np.array([sure[list(unit)].any() for unit in page.text_units])[:, None], probs, -1.0)
     answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
-                                                      page.unit_probs, *name, slope=page_slope(page, word_boxes))
+                                                      probs, *name, slope=page_slope(page, word_boxes))
                for name in named]
     out = masks.copy()
     rest = [q for q, answer in enumerate(answers) if answer is None]
@@ -192,11 +210,11 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
             continue
         if page.figures is None:                                                  # once per page
             page.ink = page_ink(page.image) if page.ink is None else page.ink
-            page.figures = page_pictures(page.ink, word_boxes)
+            page.figures = page_pictures(page.ink, printed_boxes(page, word_boxes))
         kind, one = asked
         if kind == SIGNATURE_CLASS:
             if page.signatures is None:
-                page.signatures = signature_boxes(page.figures, page.ink, word_boxes)
+                page.signatures = signature_boxes(page.figures, page.ink, printed_boxes(page, word_boxes))
             answer = figure_answer(masks.shape[-2:], page.signatures, one, min_share=0.0)
         else:
             answer = figure_answer(masks.shape[-2:], page.figures, one)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dociq.data.errors import BadSampleError
-from dociq.data.ocr import OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr
+from dociq.data.ocr import OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
 
 PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
 LINES = [(20, 150, "Hello World"), (20, 80, "Invoice 2024")]  # (x, baseline y) in PDF points
@@ -153,6 +153,14 @@ def test_confident_keeps_the_words_above_the_threshold_and_codes_with_digits():
     assert read.confident(-1.0) is read
     # a code tesseract's language model doubts is kept; a doubted word without a digit (a scribble) is not
     assert read.confident(50.0, min_conf_digits=-1.0).words == ["Total:", "PSFQ3585"]
+
+
+def test_read_surely_tells_the_words_tesseract_doubts_and_trusts_given_words():
+    words = ["Total:", "PSFQ3585", "|", "inom"]
+    np.testing.assert_array_equal(read_surely(words, np.array([96.0, 48.0, 12.0, 51.0])), [True, True, False, True])
+    np.testing.assert_array_equal(read_surely(words, np.array([96.0, 48.0, 12.0, 51.0]), 50.0, None),
+                                  [True, False, False, True])
+    np.testing.assert_array_equal(read_surely(words, None), [True] * 4)     # a text layer's or a caller's words
 
 
 FORM_FIELDS = [("Full name:", "Stacey Padilla"), ("Employer:", "Pearson Group"), ("Reference:", "AK/6749/25"),

@@ -25,6 +25,8 @@ def test_words_are_read_from_the_scanned_pixels_and_targets_move_with_them(pages
         assert scan.meta["words_from"] == "tesseract" and scan.meta["page_id"] == page.meta["page_id"]
         assert scan.image.shape == page.image.shape and not np.array_equal(scan.image, page.image)
         assert scan.word_boxes.shape == (len(scan.words), 4)
+        # tesseract's confidence in each word, for the answerer to tell the words it doubts
+        assert scan.word_confidences.shape == (len(scan.words),) and (scan.word_confidences <= 100).all()
         # tesseract reads most of the page's longer words back from the degraded image
         truth, read = _normalised(page.words), _normalised(scan.words)
         assert len(truth & read) >= 0.5 * len(truth), (sorted(truth - read)[:20], sorted(read)[:20])
