@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dociq.data.errors import BadSampleError
-from dociq.data.ocr import OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
+from dociq.data.ocr import SIDE_BEARING, OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
 
 PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
 LINES = [(20, 150, "Hello World"), (20, 80, "Invoice 2024")]  # (x, baseline y) in PDF points
@@ -153,6 +154,14 @@ def test_confident_keeps_the_words_above_the_threshold_and_codes_with_digits():
     assert read.confident(-1.0) is read
     # a code tesseract's language model doubts is kept; a doubted word without a digit (a scribble) is not
     assert read.confident(50.0, min_conf_digits=-1.0).words == ["Total:", "PSFQ3585"]
+
+
+def test_widened_pads_each_box_by_a_share_of_its_height_inside_the_page():
+    read = OcrWords(["Total:", "42"], np.array([[0.5, 0, 20, 10], [30, 0, 39, 20]]), (20, 40), np.array([96.0, 40.0]))
+    wide = read.widened(0.05)
+    np.testing.assert_allclose(wide.boxes, [[0, 0, 20.5, 10], [29, 0, 40, 20]])    # 0.5 / 1 px a side, clipped
+    assert wide.words == read.words and list(wide.confidences) == [96.0, 40.0]
+    np.testing.assert_array_equal(read.boxes[0], [0.5, 0, 20, 10])                # a copy
 
 
 def test_read_surely_tells_the_words_tesseract_doubts_and_trusts_given_words():
@@ -313,7 +322,10 @@ def test_tesseract_font_boxes_span_the_lines_ascenders_and_descenders():
     ink = TesseractOCR(word_boxes="ink", min_long_side=None).recognise(image)
     tall = TesseractOCR(min_long_side=None).recognise(image)
     assert tall.words == ink.words == ["NAME", "2024", "gladly"]
-    np.testing.assert_array_equal(tall.boxes[:, [0, 2]], ink.boxes[:, [0, 2]])
+    # as wide as the ink and its letters' side bearings
+    bearing = SIDE_BEARING * (tall.boxes[:, 3] - tall.boxes[:, 1])
+    np.testing.assert_allclose(tall.boxes[:, 0], ink.boxes[:, 0] - bearing, atol=1e-4)
+    np.testing.assert_allclose(tall.boxes[:, 2], ink.boxes[:, 2] + bearing, atol=1e-4)
     assert (ink.boxes[:2, 3] < ink.boxes[2, 3] - 6).all()    # glyph-tight: caps end above the descender
     # one top and one bottom for the line, holding its ink, nearer the text layer's than the ink's
     assert np.ptp(tall.boxes[:, 1]) == 0 and np.ptp(tall.boxes[:, 3]) == 0
@@ -398,3 +410,19 @@ def test_coco_with_a_custom_backend_rescales_its_boxes(tmp_path):
     page = CocoDocuments(ann, image_dir=tmp_path, ocr=Fixed())[0]
     assert page.words == ["x"]
     np.testing.assert_allclose(page.word_boxes, [[20, 20, 40, 40]])
+
+
+def test_the_word_box_bench_pairs_each_read_word_with_its_text_layer_box():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_word_boxes", Path(__file__).resolve().parents[2] / "scripts" / "bench_word_boxes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    read, truth = bench.matched_boxes(["Total:", "42", "zzz", "7"],
+                                      np.array([[10, 0, 40, 10], [50, 0, 60, 10], [0, 0, 5, 5], [0, 50, 5, 60]]),
+                                      ["total:", "42", "42", "7"],
+                                      [[9, 0, 41, 11], [100, 0, 110, 10], [49, 0, 61, 10], [30, 50, 35, 60]])
+    np.testing.assert_array_equal(read, [[10, 0, 40, 10], [50, 0, 60, 10]])
+    np.testing.assert_array_equal(truth, [[9, 0, 41, 11], [49, 0, 61, 10]])    # the "42" it overlaps; "7" none
+    np.testing.assert_allclose(bench.box_iou(read, truth), [300 / 352, 100 / 120])
