@@ -1,6 +1,7 @@
-"""Under `trainer=ddp_cpu` (two gloo processes) a run that dies after a checkpoint and resumes with
-`ckpt_path=last` ends with the same weights as a run that was never interrupted, for AdamW and
-SubspaceNGD; and fine-tuning trains under DDP as pretraining does."""
+"""`python train.py trainer=ddp_cpu` as a user runs it: two gloo processes, each its share of every
+step's batch (the step-keyed batch sampler split by rank). A pretraining run that dies after a
+checkpoint and resumes with `ckpt_path=last` ends with the same weights as a run that was never
+interrupted, for AdamW and SubspaceNGD; and fine-tuning trains under DDP as pretraining does."""
 from __future__ import annotations
 
 import os
@@ -55,6 +56,10 @@ def assert_resume_is_exact(repo_root: Path, tmp_path: Path, optim: str, trainer:
     resumed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}", f"ckpt_path={last}"], trainer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
+    # the data order saved with the checkpoint records the two processes each step's batch was split over
+    order = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=True)[
+        "loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert order == {"seed": 0, "batch_size": 2, "num_items": 64, "num_replicas": 2}
     step_a, weights_a = _state(tmp_path / "straight" / "checkpoints" / "last.ckpt")
     step_b, weights_b = _state(last)
     assert step_a == step_b == MAX_STEPS

@@ -2,7 +2,7 @@
 under `trainer=ddp_cpu` and `trainer=fsdp_cpu` (two gloo processes, replicated or sharded) with a
 finite loss and finite weights. One process
 per stage and optimizer is covered by tests/test_sngd_stages.py and the stage tests; pretraining
-and fine-tuning under DDP also run in the default suite (test_ddp_train.py, test_ddp_resume.py)."""
+and fine-tuning under DDP also run in the default suite (test_ddp_resume.py)."""
 from __future__ import annotations
 
 import subprocess
