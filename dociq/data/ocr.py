@@ -37,7 +37,8 @@ OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
 # letters (70 of the 181 words read on signature strokes of 60 scanned training forms), so the
 # Predictor tells a page's pictures and its class answers from the sure words only. Its language
 # model scores codes, amounts and dates low even when it reads them right (a form's account number
-# "PSPQ35853042122962" at 48), hence the digits' bar (docs/finetune.md, "Words tesseract doubts").
+# "PSPQ35853042122962" at 48), hence the digits' bar (docs/finetune.md, "Words tesseract doubts"
+# and "Every word tesseract reads").
 EVERY_WORD = -1.0
 SURE_CONFIDENCE, SURE_CONFIDENCE_DIGITS = 50.0, -1.0
 
@@ -185,8 +186,8 @@ SIDE_BEARING = 0.04
 class TesseractOCR:
     """Tesseract via pytesseract; words with confidence > `min_conf` (0..100), those holding a digit
     > `min_conf_digits` (default: every word, each with its confidence; see EVERY_WORD); a cache
-    keeps every word read, whatever the thresholds. Pages whose longest side is under `min_long_side` px are
-    enlarged to it first (None: read as given). `binarize`: one of
+    keeps every word read, whatever the thresholds. Pages whose longest side is under
+    `min_long_side` px are enlarged to it first (None: read as given). `binarize`: one of
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
     page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
 
@@ -195,10 +196,10 @@ class TesseractOCR:
     `baseline`, `x_size`, `x_descenders`), as a PDF text layer's boxes span the font's ascent and
     descent whatever the letters, and as wide as its letters with their side bearings
     (`side_bearing` of its height on either side, SIDE_BEARING); "ink": tesseract's glyph-tight
-    box; "line": the top of the line's tallest glyph to the bottom of its lowest. Against the text layer's boxes of the same words on
-    scanned pages (mean IoU; 6 corpus pages, 1,859 words / 6 browser-printed forms, 441 words) ink
-    boxes score 0.67 / 0.72, line boxes 0.82 / 0.79, font boxes 0.83 / 0.85 (docs/finetune.md,
-    "Word boxes as tall as the font")."""
+    box; "line": the top of the line's tallest glyph to the bottom of its lowest. Against the text
+    layer's boxes of the same words on scanned pages (mean IoU; 6 corpus pages, 1,859 words / 6
+    browser-printed forms, 441 words) ink boxes score 0.67 / 0.72, line boxes 0.82 / 0.79, font
+    boxes 0.83 / 0.85 before the side bearings (docs/finetune.md, "Word boxes as tall as the font")."""
 
     name = "tesseract"
 

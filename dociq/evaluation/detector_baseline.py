@@ -118,7 +118,8 @@ class DetectorTextSearch:
         self.detector = detector if detector is not None else LayoutDetector(threads=threads)
         self._page: tuple | None = None
 
-    def set_image(self, image: np.ndarray, words: Sequence[str] | OcrWords | None = None, word_boxes: Any = None) -> None:
+    def set_image(self, image: np.ndarray, words: Sequence[str] | OcrWords | None = None,
+                  word_boxes: Any = None) -> None:
         """Detect the page's layout once and keep its OCR words (pixels of the page; an OcrWords
         brings its confidences, and the signature rule sees the words read surely, as the Predictor's)."""
         image = np.asarray(image)
