@@ -59,6 +59,7 @@ from dociq.data.text_blocks import group_lines, page_ink
 from dociq.evaluation.layout_detector import LayoutDetector, iou_one_to_many
 from dociq.inference.figure_answers import page_pictures, signature_boxes
 from dociq.inference.form_links import GAP_FACTOR, PageWords, field_value, label_runs, link_label
+from dociq.inference.page_inputs import read_page_words
 
 # dociq class -> the CDLA classes whose detections answer it (CDLA has no form, cell, stamp,
 # signature or code class: those are text rules or empty, see the module docstring).
@@ -123,14 +124,8 @@ class DetectorTextSearch:
         """Detect the page's layout once and keep its OCR words (pixels of the page; an OcrWords
         brings its confidences, and the signature rule sees the words read surely, as the Predictor's)."""
         image = np.asarray(image)
-        confidences = None
-        if isinstance(words, OcrWords):
-            read = words.scaled_to(image.shape[:2])
-            words, word_boxes, confidences = read.words, read.boxes, read.confidences
-        words = list(words or [])
-        word_boxes = np.asarray(word_boxes if word_boxes is not None else np.zeros((0, 4)), np.float64).reshape(-1, 4)
-        if len(words) != len(word_boxes):
-            raise ValueError(f"{len(words)} words but {len(word_boxes)} word boxes")
+        words, word_boxes, confidences = read_page_words(image, [] if words is None else words, word_boxes, ocr=None)
+        word_boxes = np.asarray(word_boxes, np.float64)
         boxes, scores, labels = self.detector(image)
         detections = Detections(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64),
                                 list(labels), image, word_boxes[read_surely(words, confidences)])

@@ -66,8 +66,9 @@ class OnnxPage:
     figures: np.ndarray | None = None            # the pictures a figure question takes (figure_answers), once one is asked
     signatures: np.ndarray | None = None         # the signatures a signature question takes (figure_answers), once one is asked
     text_units: list[list[int]] | None = None    # class_answers.text_units, once a question names a class
-    unit_probs: np.ndarray | None = None         # the unit classifier's, once a question names a class
+    unit_probs: np.ndarray | None = None         # the unit classifier's (-1: a unit of doubted words only), once a question names a class
     slope: float | None = None                   # how its text lines rise (a skewed scan), once a mask is snapped to blocks
+    sure: np.ndarray | None = None               # bool [N] the words read surely (snapping.page_sure), once a picture or a class answer needs them
 
 
 class OnnxPredictor:

@@ -115,14 +115,21 @@ def page_slope(page, word_boxes: np.ndarray) -> float:
     return page.slope
 
 
+def page_sure(page) -> np.ndarray | None:
+    """bool [N]: the words the OCR read surely (`ocr.read_surely`), found once per page; None where
+    the words came without confidences (all sure)."""
+    if page.sure is None and page.word_confidences is not None:
+        page.sure = read_surely(page.words, page.word_confidences)
+    return page.sure
+
+
 def printed_boxes(page, word_boxes: np.ndarray) -> np.ndarray:
-    """The boxes of the words the OCR read surely (`ocr.read_surely`; all of them without
-    confidences): what the page's pictures are told from. A word read from a signature's stroke or
-    a plot's marks, at a confidence tesseract doubts, stays a word for the model and the text, but
-    its ink is still a drawing."""
-    if not len(word_boxes) or page.word_confidences is None:
-        return word_boxes
-    return word_boxes[read_surely(page.words, page.word_confidences)]
+    """The boxes of the words the OCR read surely (`page_sure`; all of them without confidences):
+    what the page's pictures are told from. A word read from a signature's stroke or a plot's
+    marks, at a confidence tesseract doubts, stays a word for the model and the text, but its ink
+    is still a drawing."""
+    sure = page_sure(page) if len(word_boxes) else None
+    return word_boxes if sure is None else word_boxes[sure]
 
 
 def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray, mode: str,
@@ -189,14 +196,14 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     if any(named) and page.unit_probs is None:                                   # once per page
         page.text_units = text_units(page.text_blocks, word_boxes, page.words)
         page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
-    probs = page.unit_probs
-    if any(named) and page.word_confidences is not None and len(page.text_units):
-        # a unit of words the OCR only doubts is ink read as letters (a signature's stroke read as
-        # "WINSTON", a stamp), not a title or a paragraph
-        sure = read_surely(page.words, page.word_confidences)
-        probs = np.where(np.array([sure[list(unit)].any() for unit in page.text_units])[:, None], probs, -1.0)
+        sure = page_sure(page)
+        if sure is not None and len(page.text_units):
+            # a unit of words the OCR only doubts is ink read as letters (a signature's stroke read
+            # as "WINSTON", a stamp), not a title or a paragraph: it answers no class
+            read = np.array([sure[list(unit)].any() for unit in page.text_units])
+            page.unit_probs = np.where(read[:, None], page.unit_probs, -1.0)
     answers = [None if name is None else class_answer(masks.shape[-2:], word_boxes, page.text_units,
-                                                      probs, *name, slope=page_slope(page, word_boxes))
+                                                      page.unit_probs, *name, slope=page_slope(page, word_boxes))
                for name in named]
     out = masks.copy()
     rest = [q for q, answer in enumerate(answers) if answer is None]
