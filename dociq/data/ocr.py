@@ -181,6 +181,8 @@ WORD_BOXES = ("font", "ink", "line")
 # forms, 1,715 words / 12 corpus pages, 1,682 words): 0 0.878 / 0.861, 0.02 0.885 / 0.874,
 # 0.04 0.886 / 0.882, 0.06 0.881 / 0.881 (docs/finetune.md, "Every word tesseract reads").
 SIDE_BEARING = 0.04
+# what `erase_rules` erases, in the cache's key (dociq.data.ruling_lines)
+ERASED = "rules and box sides"
 
 
 class TesseractOCR:
@@ -189,7 +191,8 @@ class TesseractOCR:
     keeps every word read, whatever the thresholds. Pages whose longest side is under
     `min_long_side` px are enlarged to it first (None: read as given). `binarize`: one of
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
-    page's ruling lines white first (`dociq.data.ruling_lines`), so that a ruled table reads as text.
+    page's ruling lines and the sides of its boxes white first (`dociq.data.ruling_lines`), so that a
+    ruled table reads as text and a boxed value without a "|" beside it.
 
     word_boxes: how tall a word's box is. "font" (default): the font's height on the word's text
     line, from its baseline down to the line's descenders and up by its row height (tesseract's hOCR
@@ -232,9 +235,11 @@ class TesseractOCR:
 
     def settings(self) -> dict:
         """What tesseract's reading depends on (the cache's key): min_conf is not among them, the
-        cache keeps every word read, so another threshold reads the same cache."""
+        cache keeps every word read, so another threshold reads the same cache. `erase_rules` names
+        what is erased, so that a page read before box sides were erased is read again."""
         return {"lang": self.lang, "psm": self.psm, "min_long_side": self.min_long_side,
-                "word_boxes": self.word_boxes, "binarize": self.binarize, "erase_rules": self.erase_rules}
+                "word_boxes": self.word_boxes, "binarize": self.binarize,
+                "erase_rules": ERASED if self.erase_rules else False}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:

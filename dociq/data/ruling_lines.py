@@ -7,6 +7,12 @@ erased"). A rule is a run of dark pixels longer than an eighth of the page's lon
 or a tenth of it (down) and thinner than 1/200 of it; letters, even bold ones blurred together,
 make no such run. Lengths are of the long side, not of the side they run along, so that in a
 short strip (a cropped line of text) a letter's stem is no rule.
+
+A field's box is two long rules joined by two short sides, each as tall as a line of text. Left
+in, tesseract reads a side as a word ("|", "[") or glues it to the value ("|PSC"), and the side's
+height sets the text line's font box, a few pixels taller than the value's. So a side counts as
+a rule too: a thin run down whose top and bottom both meet a rule across. A letter's stem touches
+at most the one rule it stands on.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ MIN_ACROSS, MIN_DOWN, MAX_THICKNESS = 1 / 8, 1 / 10, 1 / 200
 # A rule skewed by a scan breaks into runs of thickness / tan(skew) pixels: runs this much of the
 # page are found first, then kept where they join into a line of the length above.
 PIECE = 1 / 40
+# the shortest box side, a share of the long side (a text line is ~1/60 of a page)
+SIDE = 1 / 200
 
 
 def otsu_threshold(grey: np.ndarray) -> int:
@@ -49,7 +57,24 @@ def ruling_lines(grey: np.ndarray) -> np.ndarray:
     thick, piece = max(round(long_side * MAX_THICKNESS), 3), max(round(long_side * PIECE), 8)
     across = _long_lines(ink, piece, round(long_side * MIN_ACROSS), thick, axis=1)
     down = _long_lines(ink, piece, round(long_side * MIN_DOWN), thick, axis=0)
-    return across | down
+    return across | down | _box_sides(ink, across, max(round(long_side * SIDE), 4), thick)
+
+
+def _box_sides(ink: np.ndarray, across: np.ndarray, piece: int, thick: int) -> np.ndarray:
+    """bool mask of the thin runs down, at least `piece` long, whose top and bottom rows each touch
+    a rule across (within two pixels): the short sides of boxes drawn between two rules."""
+    runs = ndimage.binary_opening(ink, np.ones((piece, 1), bool))
+    runs &= ~ndimage.binary_opening(runs, np.ones((1, thick), bool))
+    labels, count = ndimage.label(runs, np.ones((3, 3), bool))
+    if not count:
+        return runs
+    near = ndimage.binary_dilation(across, np.ones((5, 5), bool))
+    keep = np.zeros(count + 1, bool)
+    for k, rows_cols in enumerate(ndimage.find_objects(labels), 1):
+        side = labels[rows_cols] == k
+        touches = near[rows_cols] & side
+        keep[k] = touches[0].any() and touches[-1].any()
+    return keep[labels]
 
 
 def erase_ruling_lines(grey: np.ndarray) -> np.ndarray:

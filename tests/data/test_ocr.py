@@ -178,9 +178,9 @@ FORM_FIELDS = [("Full name:", "Stacey Padilla"), ("Employer:", "Pearson Group"),
                ("Phone:", "416-396-7400"), ("State:", "Massachusetts"), ("Hours per week:", "37.5")]
 
 
-def scanned_form(seed: int) -> np.ndarray:
+def scanned_form(seed: int, boxes: bool = True) -> np.ndarray:
     """An office form at ~90 dpi (13-px DejaVu, values in ruled boxes) as a scanner hands it over:
-    skewed 1.4 degrees, blurred, with sensor noise."""
+    skewed 1.4 degrees, blurred, with sensor noise. boxes=False: the same words without their boxes."""
     from PIL import Image, ImageDraw, ImageFont
 
     from dociq.data.synthetic.fonts import font_path
@@ -191,7 +191,8 @@ def scanned_form(seed: int) -> np.ndarray:
     for k, (label, value) in enumerate(FORM_FIELDS):
         y = 140 + 34 * k
         draw.text((75, y), label, font=font, fill=40)
-        draw.rectangle((320, y - 5, 660, y + 17), outline=60)
+        if boxes:
+            draw.rectangle((320, y - 5, 660, y + 17), outline=60)
         draw.text((326, y), value, font=font, fill=30)
     return as_scanned(page, -1.4, 0.7, 5, seed)
 
@@ -238,6 +239,7 @@ def test_tesseract_reads_a_blurred_noisy_scan_of_a_form(scan, seed):
     truth = " ".join(label + " " + value for label, value in FORM_FIELDS).split()
     read = TesseractOCR().recognise(globals()[scan](seed)).words
     assert sum(word in read for word in truth) >= 0.8 * len(truth), read
+    assert not [word for word in read if word[0] in "|[]" or word[-1] in "|[]"], read     # no box side read as text
 
 
 def test_ruling_lines_are_the_rules_not_the_letters():
@@ -255,6 +257,43 @@ def test_ruling_lines_are_the_rules_not_the_letters():
     assert (erased[lines] == 255).all()
     # a page of words only has no rule at all
     assert not ruling_lines(scanned_form(0)[..., 0][:, :300]).any()
+
+
+def test_a_field_box_is_erased_with_its_short_sides_and_its_value_is_not():
+    """A value's box is two long rules and two sides a text line tall: tesseract reads a side left
+    in as "|" or glues it to the value, so the sides go too — and only they, not the letters."""
+    from scipy import ndimage
+
+    from dociq.data.ruling_lines import erase_ruling_lines, ruling_lines
+
+    grey, unboxed = scanned_form(0)[..., 0], scanned_form(0, boxes=False)[..., 0]
+    letters = unboxed < 128
+    box = unboxed.astype(int) - grey > 40                            # the same scan's noise: only the boxes differ
+    sides = ndimage.binary_opening(box, np.ones((9, 1), bool))     # the boxes' parts that run down
+    assert sides.sum() > 12 * 2 * 15                                 # two sides of each of the 12 boxes
+    erased = erase_ruling_lines(grey)
+    assert (erased[sides] == 255).mean() > 0.97
+    assert (ruling_lines(grey) & letters).sum() < 0.02 * letters.sum()
+
+
+def test_letters_standing_on_an_underline_are_not_box_sides():
+    """A stem that touches the rule it stands on is a letter: a side meets a rule at both ends."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from dociq.data.ruling_lines import ruling_lines
+    from dociq.data.synthetic.fonts import font_path
+
+    page = Image.new("L", (724, 300), 255)
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.truetype(str(font_path("sans", "regular")), 20)
+    draw.text((80, 100), "Signed: lily hill", font=font, fill=0)
+    bottom = draw.textbbox((80, 100), "Signed: lily hill", font=font)[3] - 5    # the stems' feet, under the baseline
+    draw.line((60, bottom, 660, bottom), fill=0, width=2)
+    draw.line((60, 40, 660, 40), fill=0, width=2)                  # a rule above, far from the stems' tops
+    grey = np.asarray(page)
+    lines = ruling_lines(grey)
+    above = (grey[:bottom - 3] < 128)
+    assert above[40 + 4:].any() and not lines[44:bottom - 3].any()
 
 
 def test_a_strip_of_large_text_has_no_ruling_line():
