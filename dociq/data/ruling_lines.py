@@ -37,12 +37,17 @@ def otsu_threshold(grey: np.ndarray) -> int:
     return int(np.argmax(spread))
 
 
-def _long_lines(ink: np.ndarray, piece: int, length: int, thick: int, axis: int) -> np.ndarray:
-    """bool mask of the ink in runs of `piece` pixels along `axis` (1: across, 0: down) that join
-    into lines spanning `length` pixels and stay thinner than `thick` across them."""
+def _thin_runs(ink: np.ndarray, piece: int, thick: int, axis: int) -> np.ndarray:
+    """bool mask of the ink in runs of `piece` pixels along `axis` (1: across, 0: down) that stay
+    thinner than `thick` across them."""
     along = (1, piece) if axis == 1 else (piece, 1)
     runs = ndimage.binary_opening(ink, np.ones(along, bool))
-    runs &= ~ndimage.binary_opening(runs, np.ones((thick, 1) if axis == 1 else (1, thick), bool))
+    return runs & ~ndimage.binary_opening(runs, np.ones((thick, 1) if axis == 1 else (1, thick), bool))
+
+
+def _long_lines(ink: np.ndarray, piece: int, length: int, thick: int, axis: int) -> np.ndarray:
+    """bool mask of the thin runs (`_thin_runs`) that join into lines spanning `length` pixels."""
+    runs = _thin_runs(ink, piece, thick, axis)
     labels, count = ndimage.label(runs, np.ones((3, 3), bool))
     if not count:
         return runs
@@ -63,8 +68,7 @@ def ruling_lines(grey: np.ndarray) -> np.ndarray:
 def _box_sides(ink: np.ndarray, across: np.ndarray, piece: int, thick: int) -> np.ndarray:
     """bool mask of the thin runs down, at least `piece` long, whose top and bottom rows each touch
     a rule across (within two pixels): the short sides of boxes drawn between two rules."""
-    runs = ndimage.binary_opening(ink, np.ones((piece, 1), bool))
-    runs &= ~ndimage.binary_opening(runs, np.ones((1, thick), bool))
+    runs = _thin_runs(ink, piece, thick, axis=0)
     labels, count = ndimage.label(runs, np.ones((3, 3), bool))
     if not count:
         return runs
