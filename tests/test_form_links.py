@@ -83,6 +83,46 @@ def test_a_value_boxs_border_read_as_a_word_is_not_the_value():
     assert field_value(label_runs("Total", words)[0], words) == [6, 7]
 
 
+def test_a_stacked_forms_value_is_under_its_label_not_the_next_columns_label():
+    # two columns of labels with their values underneath; OCR lost the right column's colons
+    page = _page([("Department", 10, 10, 80), ("Amount", 400, 10, 444), ("due", 448, 10, 470),
+                  ("Facilities", 10, 28, 70), ("34.67", 400, 28, 436),
+                  ("Phone:", 10, 60, 50), ("0113", 60, 60, 90)])              # a value beside its label stays
+    assert field_value(label_runs("Department", page)[0], page) == [3]
+    assert field_value(label_runs("Phone", page)[0], page) == [6]
+
+
+def test_a_label_in_capitals_takes_the_side_not_in_capitals():
+    # a table of labels in capitals, rows 7 px apart: the line below is the next row's label
+    page = _page([("ZIP", 10, 10, 30), ("CODE", 34, 10, 64), ("63905", 200, 10, 240),
+                  ("TAX", 10, 29, 30), ("ID", 34, 29, 46), ("756-34-9287", 200, 29, 280),
+                  # stacked: the next column's label in capitals beside, the value under it
+                  ("NAME", 10, 80, 40), ("COMPANY", 500, 80, 560), ("Theodore", 10, 96, 70), ("Garcia", 74, 96, 110)])
+    assert field_value(label_runs("ZIP CODE", page)[0], page) == [2]
+    assert field_value(label_runs("NAME", page)[0], page) == [8, 9]
+
+
+def test_a_value_wrapped_in_its_cell_is_read_to_its_last_line():
+    page = _page([("Address:", 10, 10, 60), ("12", 120, 10, 132), ("Carlton", 136, 10, 180),
+                  ("Leeds,", 120, 25, 160), ("LS1", 164, 25, 184),             # the address's second line
+                  ("City:", 10, 46, 40), ("Leeds", 120, 46, 160),              # the next row, beside its label
+                  ("Company:", 10, 80, 60), ("Mann,", 10, 95, 40), ("Williamson", 44, 95, 100),
+                  ("and", 10, 110, 30), ("Ramsey", 34, 110, 80),               # a value under its label, wrapped
+                  ("Job", 10, 135, 30), ("title", 34, 135, 60)])               # the next field, 13 px lower
+    assert field_value(label_runs("Address", page)[0], page) == [1, 2, 3, 4]
+    assert field_value(label_runs("City", page)[0], page) == [6]
+    assert field_value(label_runs("Company", page)[0], page) == [8, 9, 10, 11]
+
+
+def test_a_label_is_found_where_it_ends_its_phrase_with_the_questions_capitals():
+    page = _page([("Date", 10, 10, 34), ("of", 38, 10, 48), ("birth", 52, 10, 80), ("1983-03-01", 200, 10, 260),
+                  ("Date", 10, 40, 34), ("06/11/1984", 200, 40, 260)])
+    assert label_runs("Date", page)[0] == [4]
+    memo = _page([("DATE:", 10, 10, 44), ("06", 60, 10, 72), ("Aug", 76, 10, 96),
+                  ("Date:", 10, 40, 40), ("July", 60, 40, 84), ("25,", 88, 40, 104)])
+    assert label_runs("Date", memo)[0] == [3] and label_runs("DATE", memo)[0] == [0]
+
+
 def test_a_skewed_scan_keeps_a_label_and_its_value_on_one_line():
     # a ruled two-column form turned 2 degrees: each value sits 8 px lower than its label 240 px to its left
     from dociq.inference.form_links import skew_slope

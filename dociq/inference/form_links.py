@@ -29,6 +29,14 @@ MISREAD_RATE, MISREAD_MIN_LETTERS = 1 / 5, 3
 # A scan's skew, as the slope of its text lines: looked for up to 3 degrees, ignored under 0.15.
 MAX_SKEW, MIN_SKEW = 0.052, 0.0026
 SKEW_CHUNK = 256                  # words paired with every other word at a time
+# The line under a label holds its value rather than the words right of it when it is much nearer:
+# (at most this many label heights below, the right words at least this many away), either pair.
+# On printed training forms this takes the stacked templates' values from under their labels and
+# leaves every value that sits beside its label where it is.
+BELOW_BEFORE_RIGHT = ((1.2, 20.0), (0.6, 4.0))
+# A value wraps onto the next line when that line starts under it within this x its word height
+# (printed training forms: wrapped lines 0.17-0.63 apart, the next field's line 0.67 or more).
+WRAP_GAP = 0.6
 # The phrasing of a field question (dociq.data.synthetic.questions) and its quoted label.
 _LINK = re.compile(r"value\s+(?:that\s+)?(?:belongs\s+to|of|for)\s+the\s+field\s+"
                    r"(?:\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d|\"([^\"]+)\"|'([^']+)')", re.IGNORECASE)
@@ -117,6 +125,25 @@ class PageWords:
                   & ~self.ends_label)
         before[i] = False
         return bool(before.any())
+
+    def is_continued(self, i: int) -> bool:
+        """Whether a word follows word i on its line within a narrow gap and i does not end in ':'
+        — i ends no phrase (the "Date" of "Date of birth")."""
+        gap = self.boxes[:, 0] - self.boxes[i, 2]
+        after = self.same_line([i]) & (gap >= -1) & (gap <= GAP_FACTOR * self.heights[i]) & self.inked
+        after[i] = False
+        return bool(after.any()) and not self.ends_label[i]
+
+    def printed_as(self, ids: Sequence[int], text: str) -> bool:
+        """Whether the words `ids` spell `text` with the same capitals (a question quotes a label as
+        the form prints it)."""
+        return "".join(normalise(self.words[k]) for k in ids) == "".join(normalise(t) for t in text.split())
+
+    def in_capitals(self, ids: Sequence[int]) -> bool:
+        """Whether the words `ids` are letters in capitals, no digit among them ("ZIP CODE", not
+        "994 9YI" or "Ada")."""
+        text = "".join(self.words[k] for k in ids)
+        return any(c.isalpha() for c in text) and text.isupper() and not any(c.isdigit() for c in text)
 
     def box(self, ids: Sequence[int]) -> np.ndarray:
         """[1, 4]: the box around the words `ids`."""
@@ -214,16 +241,36 @@ def label_runs(label_text: str, words: PageWords) -> list[list[int]]:
     """The label's occurrences — spelled exactly, else with a long word one edit away (`PageWords.runs`
     fuzzy), else misread, merged, split or wrapped (`misread_runs`) — those ending in ':' (a form
     label, not e.g. a table header) first, and of those the ones that begin their phrase ("Date:",
-    not the end of "Start date:")."""
+    not the end of "Start date:"), then those that end it (not the start of "Date of birth"), then
+    those printed with the question's capitals ("Date:", not a memo's "DATE:")."""
     runs = words.runs(label_text) or words.runs(label_text, fuzzy=True) or misread_runs(label_text, words)
-    return sorted(runs, key=lambda run: (not words.ends_label[run[-1]], words.continues_phrase(run[0])))
+    return sorted(runs, key=lambda run: (not words.ends_label[run[-1]], words.continues_phrase(run[0]),
+                                         words.is_continued(run[-1]), not words.printed_as(run, label_text)))
 
 
 def field_value(label: Sequence[int], words: PageWords) -> list[int]:
     """The value of a form label (word indices): the words right of it on its line up to a wide
     gap, else the nearest line below that overlaps its column — neither holding a word that ends
-    in ':' (another field's label); [] when there is no such value."""
-    return right_of(label, words) or below(label, words)
+    in ':' (another field's label). Where there are both, the one not in capitals when the label
+    is, else the line below when it is far nearer than the words right (`BELOW_BEFORE_RIGHT`: those
+    are the next column's label, its colon lost to OCR, or a heading); [] when there is no value."""
+    right, under = right_of(label, words), below(label, words)
+    if right and under:
+        if words.in_capitals(label) and words.in_capitals(right) != words.in_capitals(under):
+            # a label printed in capitals: the other side in capitals is another label
+            return right if words.in_capitals(under) else under
+        if _below_nearer(label, right, under, words):
+            return under
+    return right or under
+
+
+def _below_nearer(label: Sequence[int], right: list[int], under: list[int], words: PageWords) -> bool:
+    """Whether the line `under` the label is far nearer to it than the words `right` of it."""
+    height = words.heights[label[0]]
+    gap_below = (words.tops[under].min() - words.bottoms[list(label)].max()) / height
+    gap_right = (words.boxes[right, 0].min() - words.boxes[list(label), 2].max()) / height
+    return any(gap_below <= most_below and gap_right >= least_right
+               for most_below, least_right in BELOW_BEFORE_RIGHT)
 
 
 def _chain(start: int, candidates: np.ndarray, words: PageWords) -> list[int]:
@@ -250,7 +297,8 @@ def right_of(label: Sequence[int], words: PageWords) -> list[int]:
     line = np.setdiff1d(line, label)
     if not len(line):
         return []
-    return _unless_label(_chain(int(line[np.argmin(words.boxes[line, 0])]), line, words), words)
+    value = _unless_label(_chain(int(line[np.argmin(words.boxes[line, 0])]), line, words), words)
+    return _wrapped(value, label, words)
 
 
 def below(label: Sequence[int], words: PageWords) -> list[int]:
@@ -263,7 +311,31 @@ def below(label: Sequence[int], words: PageWords) -> list[int]:
     first = int(under[np.argmin(words.tops[under])])
     line = np.flatnonzero(words.same_line([first]) & words.inked)
     start = min(_chain_left(first, line, words), key=lambda j: words.boxes[j, 0])
-    return _unless_label(_chain(start, line, words), words)
+    return _wrapped(_unless_label(_chain(start, line, words), words), label, words)
+
+
+def _wrapped(value: list[int], label: Sequence[int], words: PageWords) -> list[int]:
+    """The value and the lines it wraps onto (an address in its cell): each next line that starts
+    under the value's first word within WRAP_GAP heights, with nothing left of it back to the
+    label's column (else it is the next row, beside its own label) and no word ending in ':'."""
+    if not value:
+        return value
+    ids, height = list(value), words.heights[value[0]]
+    x0, column = words.boxes[value, 0].min(), words.boxes[list(label), 0].min() - height
+    while True:
+        bottom = words.bottoms[ids].max()
+        starts = np.flatnonzero(words.inked & (words.tops >= bottom - 1) & (words.tops - bottom <= WRAP_GAP * height)
+                                & (np.abs(words.boxes[:, 0] - x0) <= height))
+        starts = np.setdiff1d(starts, ids)
+        if not len(starts):
+            return ids
+        first = int(starts[np.argmin(words.boxes[starts, 0])])
+        line = np.flatnonzero(words.same_line([first]) & words.inked)
+        beside = line[(words.boxes[line, 2] <= words.boxes[first, 0] + 1) & (words.boxes[line, 0] >= column)]
+        piece = _chain(first, line, words)
+        if len(beside) or words.ends_label[piece].any():
+            return ids
+        ids += piece
 
 
 def _chain_left(start: int, line: np.ndarray, words: PageWords) -> list[int]:
