@@ -352,16 +352,16 @@ def _chain_left(start: int, line: np.ndarray, words: PageWords) -> list[int]:
 def link_answer(mask: np.ndarray, label_text: str, words: PageWords) -> np.ndarray:
     """The answer to "which value belongs to the field ‘label_text’?" given the decoder's mask
     (bool [H, W], snapped, in the words' pixels): the box of the value the mask's words lie mostly
-    on — beside or below any occurrence of the label — else the box of the rule's value
-    (`field_value` of the label's first occurrence). The decoder chooses among the label's values;
-    the words set the mask's extent. Unchanged when the page does not hold the label or the label
-    has no value."""
+    on — the rule's value (`field_value`) of any occurrence of the label — else the box of the
+    rule's value of the label's first occurrence. The decoder chooses among the label's
+    occurrences; the words set the side and the mask's extent. Unchanged when the page does not
+    hold the label or the label has no value."""
     runs = label_runs(label_text, words)
-    values = [(run, value) for run in runs for value in (right_of(run, words), below(run, words)) if value]
-    if not values:
+    values = [(run, field_value(run, words)) for run in runs]
+    if not any(value for _, value in values):
         return mask
     held = word_members(mask, pixel_boxes(words.boxes, mask.shape)) if mask.any() else np.zeros(len(words), bool)
-    chosen = field_value(runs[0], words)
+    chosen = values[0][1]
     for run, value in values:
         on_value = held[value].sum()
         elsewhere = held.sum() - on_value - held[run].sum()
