@@ -24,6 +24,7 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.pdf import POINTS_PER_INCH, open_page, render_page, text_layer_words
 from dociq.data.ruling_lines import erase_ruling_lines
+from dociq.data.unread_ink import unread_pieces
 from dociq.io.atomic import atomic_write_text
 
 OCR_CHOICES = ("groundtruth", "tesseract", "pdf")
@@ -183,6 +184,10 @@ WORD_BOXES = ("font", "ink", "line")
 SIDE_BEARING = 0.04
 # what `erase_rules` erases, in the cache's key (dociq.data.ruling_lines)
 ERASED = "rules and box sides"
+# how `read_unread_ink` reads a piece of ink no word covers (`dociq.data.unread_ink`): as one text
+# line, thresholded with Otsu's global threshold — on a crop that is local already, and Sauvola's
+# window, larger than the crop, read a lone "7" as "-"
+UNREAD_INK_PSM, UNREAD_INK_BINARIZE = 7, "otsu"
 
 
 class TesseractOCR:
@@ -192,7 +197,9 @@ class TesseractOCR:
     `min_long_side` px are enlarged to it first (None: read as given). `binarize`: one of
     BINARIZATIONS, how tesseract thresholds the page (needs tesseract >= 5). `erase_rules`: paint the
     page's ruling lines and the sides of its boxes white first (`dociq.data.ruling_lines`), so that a
-    ruled table reads as text and a boxed value without a "|" beside it.
+    ruled table reads as text and a boxed value without a "|" beside it. `read_unread_ink`: read
+    again, each as one text line, the text-sized pieces of ink no word covers
+    (`dociq.data.unread_ink`): tesseract drops a lone page number at the margin with the specks.
 
     word_boxes: how tall a word's box is. "font" (default): the font's height on the word's text
     line, from its baseline down to the line's descenders and up by its row height (tesseract's hOCR
@@ -210,7 +217,8 @@ class TesseractOCR:
                  min_conf_digits: float = EVERY_WORD,
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
-                 binarize: str = "sauvola", erase_rules: bool = True, side_bearing: float = SIDE_BEARING):
+                 binarize: str = "sauvola", erase_rules: bool = True, side_bearing: float = SIDE_BEARING,
+                 read_unread_ink: bool = True):
         import pytesseract
 
         if binarize not in BINARIZATIONS:
@@ -222,6 +230,7 @@ class TesseractOCR:
         self.lang, self.psm, self.binarize = lang, int(psm), binarize
         self.min_conf, self.min_conf_digits = float(min_conf), float(min_conf_digits)
         self.word_boxes, self.erase_rules, self.side_bearing = word_boxes, bool(erase_rules), float(side_bearing)
+        self.read_unread_ink = bool(read_unread_ink)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -239,7 +248,8 @@ class TesseractOCR:
         what is erased, so that a page read before box sides were erased is read again."""
         return {"lang": self.lang, "psm": self.psm, "min_long_side": self.min_long_side,
                 "word_boxes": self.word_boxes, "binarize": self.binarize,
-                "erase_rules": ERASED if self.erase_rules else False}
+                "erase_rules": ERASED if self.erase_rules else False,
+                "unread_ink": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}" if self.read_unread_ink else False}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -262,16 +272,34 @@ class TesseractOCR:
             page = page.resize((round(page.width * scale), round(page.height * scale)), Image.LANCZOS)
         if self.erase_rules:
             page = Image.fromarray(erase_ruling_lines(np.asarray(page.convert("L"))))
-        hocr = pt.image_to_pdf_or_hocr(page, lang=self.lang, extension="hocr",
-                                       config=f"--psm {self.psm} -c thresholding_method={BINARIZATIONS[self.binarize]}")
-        words, boxes, confs = [], [], []
-        for word in hocr_words(hocr):
-            if word.text:
-                words.append(word.text)
-                boxes.append(getattr(word, self.word_boxes))
-                confs.append(word.confidence)
-        boxes = np.array(boxes, np.float32).reshape(-1, 4)
-        return OcrWords(words, boxes / scale, image.shape[:2], np.array(confs, np.float32))
+        read = [w for w in self._read(page, self.psm, self.binarize) if w.text]
+        if self.read_unread_ink:
+            read = self._with_unread_ink(np.asarray(page.convert("L")), read)
+        boxes = np.array([getattr(w, self.word_boxes) for w in read], np.float32).reshape(-1, 4)
+        return OcrWords([w.text for w in read], boxes / scale, image.shape[:2],
+                        np.array([w.confidence for w in read], np.float32))
+
+    def _read(self, page, psm: int, binarize: str) -> list[HocrWord]:
+        import pytesseract as pt
+
+        return hocr_words(pt.image_to_pdf_or_hocr(
+            page, lang=self.lang, extension="hocr",
+            config=f"--psm {psm} -c thresholding_method={BINARIZATIONS[binarize]}"))
+
+    def _with_unread_ink(self, grey: np.ndarray, read: list[HocrWord]) -> list[HocrWord]:
+        """`read` with the words of each piece of ink none of them covers, read alone as a line and
+        put in reading order after the words above it."""
+        from PIL import Image
+
+        pieces = unread_pieces(grey, np.array([w.ink for w in read], np.float64).reshape(-1, 4))
+        for x0, y0, x1, y1 in pieces.round().astype(int):
+            pad = y1 - y0                                   # a line's height of paper round the piece
+            left, top = max(0, x0 - pad), max(0, y0 - pad)
+            crop = Image.fromarray(grey[top:y1 + pad, left:x1 + pad])
+            found = [_shifted(w, left, top) for w in self._read(crop, UNREAD_INK_PSM, UNREAD_INK_BINARIZE) if w.text]
+            at = next((k for k, w in enumerate(read) if w.ink[1] >= y1), len(read))
+            read[at:at] = found
+        return read
 
 
 @dataclass
@@ -284,6 +312,13 @@ class HocrWord:
     ink: list[float]
     line: list[float]
     font: list[float]
+
+
+def _shifted(word: HocrWord, dx: float, dy: float) -> HocrWord:
+    """The word read from a crop, its boxes moved to the page's pixels (the crop's origin dx, dy)."""
+    def move(box: list[float]) -> list[float]:
+        return [box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy]
+    return HocrWord(word.text, word.confidence, move(word.ink), move(word.line), move(word.font))
 
 
 def _title(element) -> dict[str, list[float]]:

@@ -242,6 +242,46 @@ def test_tesseract_reads_a_blurred_noisy_scan_of_a_form(scan, seed):
     assert not [word for word in read if word[0] in "|[]" or word[-1] in "|[]"], read     # no box side read as text
 
 
+def test_unread_pieces_are_the_text_sized_ink_no_word_covers():
+    from dociq.data.unread_ink import unread_pieces
+
+    grey = np.full((400, 300), 255, np.uint8)
+    grey[50:62, 50:120] = 0                  # a word that was read
+    grey[350:360, 200:206] = 0               # a lone digit at the margin
+    grey[300:302, 20:22] = 0                 # a speck
+    grey[200:202, 20:280] = 0                # a rule
+    grey[100:160, 100:160] = 0               # a blot far taller than a line
+    np.testing.assert_array_equal(unread_pieces(grey, np.array([[50, 50, 120, 62]])), [[200, 350, 206, 360]])
+    assert unread_pieces(grey, np.zeros((0, 4))).shape == (0, 4)      # no words to size the text by
+
+
+def page_with_a_lone_number(seed: int) -> np.ndarray:
+    """A scanned page of form lines and, alone at the bottom margin, its page number "7"."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from dociq.data.synthetic.fonts import font_path
+
+    page = Image.new("L", (724, 1024), 255)
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.truetype(str(font_path("serif", "regular")), 13)
+    for k, (label, value) in enumerate(FORM_FIELDS):
+        draw.text((75, 140 + 20 * k), label + " " + value, font=font, fill=30)
+    draw.text((358, 980), "7", font=font, fill=30)
+    return as_scanned(page, -0.8, 0.7, 5, seed)
+
+
+@needs_tesseract
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_lone_page_number_tesseract_drops_is_read_from_its_ink(seed):
+    image = page_with_a_lone_number(seed)
+    assert "7" not in TesseractOCR(read_unread_ink=False).recognise(image).words
+    read = TesseractOCR().recognise(image)
+    assert read.words[-1] == "7"                                    # in reading order: last on the page
+    x0, y0, x1, y1 = read.boxes[-1]
+    assert 345 <= (x0 + x1) / 2 <= 370 and 975 <= (y0 + y1) / 2 <= 1000
+    assert [w for w in read.words[:-1] if w == "7"] == []
+
+
 def test_ruling_lines_are_the_rules_not_the_letters():
     from dociq.data.ruling_lines import erase_ruling_lines, ruling_lines
 
