@@ -2,8 +2,8 @@
 
 Tesseract's page layout drops a lone short word far from any other text — a page number at the
 margin — with the specks: on the scanned own split it read 48 % of the page numbers against 93-94 %
-of the paragraphs, list items and code (docs/finetune.md, "A value's side, its wrapped lines").
-Read again from a crop of the piece alone as one text line, the digit comes back.
+of the paragraphs, list items and code. Read again from a crop of the piece alone as one text line,
+the digit comes back (docs/finetune.md, "Page numbers tesseract dropped, read from their ink").
 
     pieces = unread_pieces(grey, ink_boxes)     # [K, 4] x0, y0, x1, y1 in grey's pixels
 """
