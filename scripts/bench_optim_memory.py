@@ -3,6 +3,8 @@ under FSDP2 over 2 processes (gloo, this machine's CPU).
 
     python scripts/bench_optim_memory.py                          # model=base, the table in docs/optim.md
     python scripts/bench_optim_memory.py --model dociq-tiny --world 1
+    python scripts/bench_optim_memory.py --device cuda --world 1      # on a GPU: allocated bytes
+
 
 Each (optimizer, world size) runs in fresh processes, so one row's freed memory cannot hide
 another's. Per process: build the model (fp32 weights), fill every trainable parameter's gradient
@@ -22,6 +24,10 @@ on the optimizer), then take `--steps` optimizer steps. Measured with the proces
 Under FSDP2 (`--world 2`) every block list is `fully_shard`ed as `trainer=fsdp_cpu` does and the
 numbers are rank 0's (ranks hold equal shards). An optimizer that cannot step sharded parameters
 gets its error in the table.
+
+With `--device cuda` (one process: FSDP over one GPU has nothing to shard) the same quantities are
+the CUDA caching allocator's allocated bytes (`torch.cuda.memory_allocated`, and
+`max_memory_allocated` reset before each step for the peaks): exact, with no heap to trim.
 """
 from __future__ import annotations
 
@@ -44,7 +50,11 @@ GB = 1e9
 DEFAULT_OPTIMIZERS = "adamw,sngd_random,sngd_coordinates,galore,apollo_mini"
 
 
-def rss() -> int:
+def rss(device: str = "cpu") -> int:
+    """Bytes in use now: the process's RSS, or the CUDA allocator's allocated bytes."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
@@ -81,31 +91,32 @@ def state_bytes(opt) -> int:
     return total + (opt.cache_bytes() if hasattr(opt, "cache_bytes") else 0)
 
 
-def measure(model_name: str, optimizer: str, steps: int, mesh=None) -> dict:
+def measure(model_name: str, optimizer: str, steps: int, mesh=None, device: str = "cpu") -> dict:
     import dociq
 
     torch.manual_seed(0)
-    model = dociq.build_model(model_name)
+    # random text-encoder weights: the same shapes as MiniLM's, without reading its files
+    model = dociq.build_model(model_name, text_encoder={"pretrained": False}).to(device)
     if mesh is not None:
         from dociq.training.fsdp import shard_task
         shard_task(model, mesh)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     local = [p.to_local() if hasattr(p, "to_local") else p for _, p in named]
     params = sum(p.numel() for _, p in named)
-    base = rss()
+    base = rss(device)
     for _, p in named:
         p.grad = torch.zeros_like(p)
         (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).normal_()
-    with_grads = rss()
+    with_grads = rss(device)
     opt = build_optimizer(optimizer, named)
-    probe = StepMemory("cpu")
+    probe = StepMemory(device)
     peak = 0
     for _ in range(steps):
         probe.start()
         opt.step()
         peak = max(peak, probe.base + probe.stop())
-    after = rss()
-    return {"optimizer": optimizer, "params": params, "local_params": sum(p.numel() for p in local),
+    after = rss(device)
+    return {"optimizer": optimizer, "device": device, "params": params, "local_params": sum(p.numel() for p in local),
             "grads": with_grads - base, "state": state_bytes(opt), "held": after - with_grads,
             "peak_opt": peak - with_grads, "peak_grad_opt": peak - base}
 
@@ -132,7 +143,7 @@ def worker(args) -> None:
     if args.world == 1:
         torch.set_num_threads(args.threads)
         try:
-            result = measure(args.model, args.optimizer, args.steps)
+            result = measure(args.model, args.optimizer, args.steps, device=args.device)
         except Exception as err:
             result = {"optimizer": args.optimizer, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"}
     else:
@@ -172,10 +183,13 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--world", type=int, nargs="+", default=[1, 2], help="process counts; >1 is FSDP2 over gloo")
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps per run (the first creates the state)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one process: --world 1)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--optimizer", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.device != "cpu" and args.world != [1]:
+        ap.error(f"--device {args.device} measures one process: pass --world 1 (FSDP here is gloo over CPU processes)")
     if args.worker:
         args.world = args.world[0]
         worker(args)
@@ -184,7 +198,8 @@ def main(argv=None) -> list[dict]:
     for world in args.world:
         for name in args.optimizers.split(","):
             cmd = [sys.executable, __file__, "--worker", "--optimizer", name, "--world", str(world),
-                   "--model", args.model, "--steps", str(args.steps), "--threads", str(args.threads)]
+                   "--model", args.model, "--steps", str(args.steps), "--threads", str(args.threads),
+                   "--device", args.device]
             done = subprocess.run(cmd, capture_output=True, text=True)
             last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
             try:

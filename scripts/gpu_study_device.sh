@@ -9,6 +9,16 @@
 #
 # BENCH_OPTIM="--optimizers ..." then runs scripts/bench_optim.py --device cuda with those arguments
 # (within BENCH_TIMEOUT) and brings back its JSON (its table is in logs.tar.gz).
+#
+# STUDY=objectives runs scripts/objectives_study_gpu.sh instead (its settings pass through: STEPS,
+# BATCH, RUN_SECONDS, ...) and brings back objectives.json, the runs' metrics and logs, and per
+# objective the online and EMA-target image encoders of every seed in bf16 (encoders_<arm>.pt,
+# {run: {"state_dict": ...}}; `torch.save(d[run], path)` is a checkpoint init.image_encoder reads).
+#
+#   run(command="STUDY=objectives STEPS=800 RUN_SECONDS=480 bash .gpu/run.sh", carry=[".gpu"])
+#
+# BENCH_MEMORY="adamw,sngd_coordinates" also measures, beside the study, the optimizers' CUDA memory on
+# model=base (scripts/bench_optim_memory.py --device cuda) and brings back bench_optim_memory_cuda.json.
 set -uo pipefail
 START=$(date +%s)
 mkdir -p /tmp/site data
@@ -20,6 +30,34 @@ tar -C data -xJf .gpu/corpus_384.tar.xz
   python3 -c "import torch, lightning, timm, transformers; print(torch.__version__, lightning.__version__, timm.__version__, transformers.__version__)"; } > /tmp/machine.txt 2>&1
 cat /tmp/machine.txt
 echo "setup took $(( $(date +%s) - START )) s"
+if [ "${STUDY:-}" = objectives ]; then
+  W=outputs/objectives
+  mkdir -p $W
+  if [ -n "${BENCH_MEMORY:-}" ]; then
+    timeout "${BENCH_TIMEOUT:-300}" python3 scripts/bench_optim_memory.py --device cuda --world 1 --optimizers "$BENCH_MEMORY" \
+        --json "$OUT/bench_optim_memory_cuda.json" > $W/bench_memory.log 2>&1 &
+  fi
+  WORK=$W CORPUS=data/corpus_384 bash scripts/objectives_study_gpu.sh
+  echo "study rc=$? after $(( $(date +%s) - START )) s"
+  wait
+  cp /tmp/machine.txt $W/objectives.json "$OUT/" 2>/dev/null
+  tar -czf "$OUT/logs.tar.gz" $W/*.log $W/*/csv/metrics.csv $W/*/.hydra 2>/dev/null
+  python3 - "$W" <<'PY'
+import glob, os, sys, torch
+# the online and EMA-target image encoders of each run in bf16, one file per objective
+runs = {}
+for ckpt in sorted(glob.glob(os.path.join(sys.argv[1], "*_s*", "checkpoints", "last.ckpt"))):
+    run = ckpt.split(os.sep)[-3]
+    c = torch.load(ckpt, map_location="cpu", weights_only=False)
+    sd = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in c["state_dict"].items()
+          if ("image_encoder." in k and "predictor" not in k) or k.startswith("target_encoder.")}
+    runs.setdefault(run.rsplit("_s", 1)[0], {})[run] = {"state_dict": sd, "global_step": c["global_step"]}
+for arm, d in runs.items():
+    torch.save(d, os.path.join(os.environ["OUT"], f"encoders_{arm}.pt"))
+PY
+  ls -la "$OUT"
+  exit 0
+fi
 W=outputs/gpu_study
 WORK=$W timeout "${STUDY_TIMEOUT:-530}" bash scripts/pretraining_study_gpu.sh
 echo "study rc=$? after $(( $(date +%s) - START )) s"

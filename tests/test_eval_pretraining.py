@@ -181,3 +181,31 @@ def test_the_gpu_study_script_can_stop_after_the_pretraining(tmp_path):
     probed = [int(r["step"]) for r in csv.DictReader(open(work / "pretrain" / "csv" / "metrics.csv"))
               if r.get("val/probe_bacc")]
     assert sorted(set(probed)) == [0, 14, 29, 44]
+
+
+@pytest.mark.slow
+def test_the_objectives_study_runs_each_objective_and_reports_its_probe_curve(tmp_path):
+    """scripts/objectives_study_gpu.sh with TRAINER=cpu and tiny pages: I-JEPA, MIM alone and D-JEPA side
+    by side, each probed at its start, half-way and at its end, in one JSON."""
+    import os
+    import subprocess
+
+    corpus = tmp_path / "corpus"
+    build(corpus)
+    work = tmp_path / "work"
+    env = {**os.environ, "CORPUS": str(corpus), "WORK": str(work), "TRAINER": "cpu", "STEPS": "8", "BATCH": "2",
+           "WORKERS": "0", "SEEDS": "0", "PY": sys.executable, "RUN_SECONDS": "600",
+           "EXTRA": "model.image_size=128 data.tokenizer.max_length=48 data.train_set.datasets.1.num_pages=8 "
+                    "trainer.limit_val_batches=1 callbacks.unit_probe.train_pages=4 callbacks.unit_probe.test_pages=2 "
+                    + " ".join(PRETRAIN_SMALL[1:])}
+    out = subprocess.run(["bash", str(REPO / "scripts" / "objectives_study_gpu.sh")], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    runs = json.loads((work / "objectives.json").read_text())
+    assert sorted(runs) == ["djepa_s0", "ijepa_s0", "mim_s0"]
+    for name, run in runs.items():
+        assert [step for step, _ in run["probe"]] == [0, 3, 7], name
+        assert all(0.0 <= value <= 1.0 for _, value in run["probe"])
+    assert runs["djepa_s0"]["unexplained"] is not None and runs["djepa_s0"]["mlm_acc"] is not None
+    assert runs["mim_s0"]["unexplained"] is None and runs["ijepa_s0"]["probe_target"]   # no D-JEPA; an EMA target
+    assert "| ijepa_s0 |" in out.stdout

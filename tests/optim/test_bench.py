@@ -37,3 +37,32 @@ def test_bench_rows_keys_sweep_and_plots(tmp_path):
     assert results["sngd_random"]["state_bytes_per_projected_param"] < 8
     assert (tmp_path / "optim_loss_vs_steps.png").stat().st_size > 0
     assert (tmp_path / "optim_loss_vs_time.png").stat().st_size > 0
+
+
+def _memory_bench():
+    path = SCRIPT.parent / "bench_optim_memory.py"
+    spec = importlib.util.spec_from_file_location("bench_optim_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_memory_bench_counts_adamws_two_moments_and_sngds_smaller_state(tmp_path):
+    out = tmp_path / "memory.json"
+    rows = _memory_bench().main(["--model", "dociq-tiny", "--world", "1", "--threads", "1",
+                                 "--optimizers", "adamw,sngd_coordinates", "--json", str(out)])
+    by_name = {r["optimizer"]: r for r in rows}
+    assert json.loads(out.read_text()) == rows
+    adamw, sngd = by_name["adamw"], by_name["sngd_coordinates"]
+    assert "error" not in adamw and "error" not in sngd
+    assert adamw["device"] == "cpu" and adamw["params"] == sngd["params"]
+    # exp_avg + exp_avg_sq in fp32, and a step count per tensor
+    assert 8 * adamw["params"] < adamw["state"] < 8.001 * adamw["params"]
+    assert 0 < sngd["state"] < adamw["state"]
+
+
+def test_memory_bench_on_a_gpu_measures_one_process():
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _memory_bench().main(["--device", "cuda", "--world", "1", "2"])
