@@ -32,7 +32,7 @@ cat /tmp/machine.txt
 echo "setup took $(( $(date +%s) - START )) s"
 if [ "${STUDY:-}" = objectives ]; then
   W=outputs/objectives
-  mkdir -p $W
+  rm -rf $W; mkdir -p $W   # a machine still warm from an earlier call keeps its runs: start clean
   if [ -n "${BENCH_MEMORY:-}" ]; then
     timeout "${BENCH_TIMEOUT:-300}" python3 scripts/bench_optim_memory.py --device cuda --world 1 --optimizers "$BENCH_MEMORY" \
         --json "$OUT/bench_optim_memory_cuda.json" > $W/bench_memory.log 2>&1 &

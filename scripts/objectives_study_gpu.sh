@@ -2,8 +2,8 @@
 # Which pretraining objective moves the image encoder? Image-only I-JEPA (`stage=ijepa`), MIM alone
 # (`stage=pretrain` with D-JEPA and MLM off) and the joint D-JEPA + MLM + MIM (`stage=pretrain`), each at
 # every seed of SEEDS, all side by side on one GPU, on the same pages (data=corpus_mixed on CORPUS),
-# steps and batch; the unit-class probe (96 training / 48 held-out pages) at the start, half-way and
-# at the end of each run. A run still going after RUN_SECONDS gets SIGTERM (Lightning stops at its next
+# steps and batch; the unit-class probe (PROBE_PAGES: 96 training / 48 held-out pages) at the start and
+# VALIDATIONS times more, the last at the end of each run. A run still going after RUN_SECONDS gets SIGTERM (Lightning stops at its next
 # step and keeps the metrics so far; SIGINT would be ignored by a job started in the background), so
 # a slower machine gives shorter curves, not none.
 #
@@ -19,6 +19,8 @@ WORK=${WORK:-outputs/objectives}
 STEPS=${STEPS:-800}
 BATCH=${BATCH:-32}
 WORKERS=${WORKERS:-2}
+VALIDATIONS=${VALIDATIONS:-2}   # validations (each with the probe) after the one at step 0, the last at the end
+PROBE_PAGES=${PROBE_PAGES:-96 48}   # the probe's training and held-out pages
 SEEDS=${SEEDS:-0 1}
 ARMS=${ARMS:-ijepa mim djepa}
 TRAINER=${TRAINER:-gpu}
@@ -45,9 +47,9 @@ for arm in $ARMS; do
     # one OpenMP thread each: the runs share the machine's cores with each other's loader workers
     OMP_NUM_THREADS=1 timeout -k 30 "$RUN_SECONDS" $PY train.py "${ARM_ARGS[@]}" data=corpus_mixed "trainer=$TRAINER" \
         "paths.corpus_dir=$CORPUS" "data.batch_size=$BATCH" "data.num_workers=$WORKERS" "seed=$seed" \
-        "trainer.max_steps=$STEPS" "trainer.val_check_interval=$((STEPS / 2))" \
+        "trainer.max_steps=$STEPS" "trainer.val_check_interval=$((STEPS / VALIDATIONS))" \
         "optim.scheduler.warmup_steps=$((STEPS / 20 > 0 ? STEPS / 20 : 1))" trainer.enable_progress_bar=false \
-        callbacks.unit_probe.train_pages=96 callbacks.unit_probe.test_pages=48 \
+        "callbacks.unit_probe.train_pages=${PROBE_PAGES% *}" "callbacks.unit_probe.test_pages=${PROBE_PAGES#* }" \
         "paths.output_dir=$WORK/$run" "${EXTRA_ARGS[@]}" > "$WORK/$run.log" 2>&1 &
     pids+=($!); names+=("$run")
   done

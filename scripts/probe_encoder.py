@@ -73,11 +73,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         encoder = load_encoder(spec, args.size, args.image_size)
         r = probe_encoder(encoder, train, test, args.image_size, args.unit_px)
         rows.append({"encoder": spec, **vars(r)})
-    print("\n| encoder | unit acc | balanced acc | position-only bal. acc | page_std | eff. rank |")
-    print("|---|---|---|---|---|---|")
+    print("\n| encoder | unit acc | balanced acc | position-only bal. acc | page_std | eff. rank | "
+          "unexplained: unit mean / 8 neighbours |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['encoder']} | {r['accuracy']:.3f} | {r['balanced_accuracy']:.3f} | "
-              f"{r['position_balanced_accuracy']:.3f} | {r['page_std']:.4f} | {r['effective_rank']:.1f} |")
+              f"{r['position_balanced_accuracy']:.3f} | {r['page_std']:.4f} | {r['effective_rank']:.1f} | "
+              f"{r['unit_mean_unexplained']:.3f} / {r['neighbour_unexplained']:.3f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return rows

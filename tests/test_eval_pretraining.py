@@ -209,3 +209,56 @@ def test_the_objectives_study_runs_each_objective_and_reports_its_probe_curve(tm
     assert runs["djepa_s0"]["unexplained"] is not None and runs["djepa_s0"]["mlm_acc"] is not None
     assert runs["mim_s0"]["unexplained"] is None and runs["ijepa_s0"]["probe_target"]   # no D-JEPA; an EMA target
     assert "| ijepa_s0 |" in out.stdout
+
+
+def test_objective_curves_keep_the_last_run_of_a_folder_written_twice(tmp_path):
+    """scripts/plot_objectives.py: one curve per run; where a second run appended to a run's
+    metrics.csv (a machine left warm), only the rows after its own step-0 probe count."""
+    import csv
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_objectives", REPO / "scripts" / "plot_objectives.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fields = ["step", "val/probe_bacc", "train/unexplained", "val/unexplained"]
+    runs = {"ijepa_s0": [(0, 0.30, "", ""), (9, "", 3.0, ""), (99, 0.20, 1.2, 1.4),      # an earlier run
+                         (0, 0.25, "", ""), (49, "", 1.5, ""), (99, 0.27, 1.1, 1.3)],
+            "mim_s0": [(0, 0.25, "", ""), (99, 0.22, "", "")]}
+    for run, rows in runs.items():
+        folder = tmp_path / "work" / run / "csv"
+        folder.mkdir(parents=True)
+        with open(folder / "metrics.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(fields)
+            writer.writerows(rows)
+    out = module.main([str(tmp_path / "work"), "--out", str(tmp_path / "curves.png"), "--json", str(tmp_path / "c.json")])
+    assert out["ijepa_s0"]["val/probe_bacc"] == [[0, 0.25], [99, 0.27]]
+    assert out["ijepa_s0"]["train/unexplained"] == [[49, 1.5], [99, 1.1]]
+    assert out["mim_s0"] == {"val/probe_bacc": [[0, 0.25], [99, 0.22]]}
+    assert json.loads((tmp_path / "c.json").read_text()) == out
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="WORK folder"):
+        module.main([str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")])
+
+
+def test_the_predictor_oracle_trains_the_predictor_on_a_frozen_encoders_targets(tmp_path):
+    """scripts/predictor_oracle.py on a small corpus: both references and the predictor's curve
+    (held-out and training pages) are reported, finite, for block and single-unit masks."""
+    import math
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import predictor_oracle
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    corpus = tmp_path / "corpus"
+    build(corpus)
+    for masking in ("blocks", "units"):
+        out = predictor_oracle.main(["--corpus", str(corpus), "--train-pages", "8", "--test-pages", "4", "--steps", "5",
+                                     "--batch-size", "4", "--masking", masking, "--target-norm", "page",
+                                     "--json", str(tmp_path / f"{masking}.json")])
+        assert out["masking"] == masking and len(out["predictor_unexplained_val_train"]) == 5
+        values = [out["unit_mean_unexplained"], out["neighbour_unexplained"], out["context_neighbour_unexplained"],
+                  *(v for _, *vs in out["predictor_unexplained_val_train"] for v in vs)]
+        assert all(math.isfinite(v) and v >= 0 for v in values), values
+        assert json.loads((tmp_path / f"{masking}.json").read_text())["masking"] == masking

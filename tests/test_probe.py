@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from dociq.data.schema import Page, Region
-from dociq.training.probe import CLASSES, page_std, probe_encoder, unit_labels
+from dociq.training.probe import CLASSES, neighbour_predictability, page_std, probe_encoder, unit_labels
 
 
 def region(label, y0, x0, y1, x1, size=128):
@@ -79,6 +79,7 @@ def test_probe_separates_an_informative_encoder_from_a_collapsed_one():
     collapsed = probe_encoder(ConstantEncoder(), train, test, image_size=128, unit_px=32)
     assert collapsed.balanced_accuracy < 0.4 and collapsed.page_std < 1e-6
     assert collapsed.position_balanced_accuracy < 0.4     # classes are random per unit
+    assert np.isnan(collapsed.neighbour_unexplained)       # nothing varies: nothing to predict
 
 
 def test_page_std_is_zero_only_when_pages_agree():
@@ -128,3 +129,20 @@ def test_the_probe_leaves_the_runs_random_stream_alone():
     values = UnitClassProbe(train_pages=6, test_pages=3)._measure(trainer, Task())
     assert values["val/probe_bacc"] > 0.9                       # the oracle's classes are read off the page
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_neighbour_predictability_tells_a_smooth_page_from_noise():
+    """A token field that varies smoothly across the page is predicted from the 8 neighbours far
+    better than from each unit's mean; independent noise per unit is not predictable at all."""
+    torch.manual_seed(0)
+    h = w = 8
+
+    def smooth(pages):   # per page, a low-frequency field: neighbours share most of a unit's token
+        coarse = torch.randn(pages, 16, 3, 3)
+        field = torch.nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=True)
+        return field.permute(0, 2, 3, 1).reshape(pages, h * w, 16)
+
+    mean_error, ridge_error = neighbour_predictability(smooth(200), smooth(50), (h, w))
+    assert 0.9 < mean_error < 1.2 and ridge_error < 0.3
+    mean_error, ridge_error = neighbour_predictability(torch.randn(200, h * w, 16), torch.randn(50, h * w, 16), (h, w))
+    assert 0.9 < mean_error < 1.2 and ridge_error > 0.95

@@ -16,6 +16,10 @@ mask unit (32 px on the tiny model), can a linear classifier tell which region c
   the unit's *position alone* (what page layout priors give without looking), and two collapse
   signals: `page_std` = std across pages at a fixed unit of the layer-normed tokens (the JEPA
   `target_std`; 0 = every page gives the same tokens) and the effective rank of the token matrix.
+- What a JEPA predictor could learn of these tokens as targets: `unexplained` (the JEPA stages'
+  MSE over the across-page variance) on the held-out pages of each unit's mean training page, and
+  of a ridge regression from the unit's 8 neighbours' tokens on the same page (one linear map for
+  every unit, on top of the unit's mean): below 1, the page's own context predicts the target.
 """
 from __future__ import annotations
 
@@ -116,6 +120,34 @@ def accuracies(pred: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     return acc, float(np.mean(recalls))
 
 
+def neighbour_predictability(train_tokens: torch.Tensor, test_tokens: torch.Tensor, grid: Sequence[int],
+                             ridge: float = 1e-2) -> tuple[float, float]:
+    """(`unexplained` of each unit's mean, of the ridge from its 8 neighbours' tokens) on the test
+    pages, the tokens [P, N, E] layer-normed as JEPA targets are; `ridge` is relative to the mean
+    feature variance. NaN for tokens that do not vary across pages (nothing to predict)."""
+    h, w = int(grid[0]), int(grid[1])
+    train, test = (F.layer_norm(t.double(), t.shape[-1:]) for t in (train_tokens, test_tokens))
+    unit_mean = train.mean(0)
+    variance = test.var(0).mean()
+    if variance < 1e-12:
+        return float("nan"), float("nan")
+
+    def neighbours(tokens: torch.Tensor) -> torch.Tensor:   # [P, N, 8E], zeros beyond the page
+        p, _, e = tokens.shape
+        padded = F.pad((tokens - unit_mean).reshape(p, h, w, e).permute(0, 3, 1, 2), (1, 1, 1, 1))
+        shifted = [padded[:, :, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+                   for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+        return torch.cat(shifted, 1).permute(0, 2, 3, 1).reshape(p, h * w, -1)
+
+    x_train, y_train = neighbours(train).flatten(0, 1), (train - unit_mean).flatten(0, 1)
+    gram = x_train.T @ x_train
+    damping = ridge * gram.diagonal().mean().clamp_min(1e-12)
+    weights = torch.linalg.solve(gram + damping * torch.eye(len(gram), dtype=gram.dtype), x_train.T @ y_train)
+    mean_error = ((test - unit_mean) ** 2).mean() / variance
+    ridge_error = ((test - unit_mean - neighbours(test) @ weights) ** 2).mean() / variance
+    return float(mean_error), float(ridge_error)
+
+
 @dataclass
 class ProbeResult:
     accuracy: float
@@ -126,6 +158,8 @@ class ProbeResult:
     effective_rank: float
     train_units: int
     test_units: int
+    unit_mean_unexplained: float
+    neighbour_unexplained: float
 
 
 def token_probe_accuracy(train_tokens: torch.Tensor, train_labels: torch.Tensor, test_tokens: torch.Tensor,
@@ -157,5 +191,6 @@ def probe_encoder(encoder: torch.nn.Module, train_pages: Sequence[Page], test_pa
     pos_tr, pos_te = eye.repeat(len(train_pages), 1), eye.repeat(len(test_pages), 1)
     pos_probe = fit_linear_probe(pos_tr, labels[0], len(CLASSES))
     pos_acc, pos_bal = accuracies(pos_probe(pos_te.double()).argmax(1), labels[1])
+    side = image_size // unit_px
     return ProbeResult(acc, bal, pos_acc, pos_bal, page_std(feats[1]), effective_rank(feats[1]),
-                       len(labels[0]), len(labels[1]))
+                       len(labels[0]), len(labels[1]), *neighbour_predictability(feats[0], feats[1], (side, side)))

@@ -193,16 +193,19 @@ def test_unexplained_fraction_is_one_for_the_average_page_and_zero_for_the_truth
 
     torch.manual_seed(0)
     B, N, E = 8, 16, 32
-    features = torch.randn(1, N, E) + torch.randn(B, N, E)        # position part + page content
-    idx = torch.randint(0, N, (B, 5))
+    # position part + page content, which varies only on the units 8..15 (the margins 0..7 are blank)
+    content = torch.randn(B, N, E) * (torch.arange(N) >= 8).float()[None, :, None]
+    features = torch.randn(1, N, E) + content
+    idx = torch.randint(8, N, (B, 5))                              # targets where the content is
     target = select_units(features, idx)
     average_page = select_units(features.mean(0, keepdim=True).expand(B, N, E), idx)
-    # MSE of the per-unit mean over the unbiased variance: (B-1)/B in expectation.
-    assert unexplained_fraction(average_page, target, features) == pytest.approx((B - 1) / B, rel=0.15)
-    assert unexplained_fraction(target, target, features) == 0
+    # MSE of the per-unit mean over the unbiased variance at those units: (B-1)/B in expectation,
+    # not twice that (the whole page's variance would be half the targets')
+    assert unexplained_fraction(average_page, target, features, idx) == pytest.approx((B - 1) / B, rel=0.15)
+    assert unexplained_fraction(target, target, features, idx) == 0
     # A collapsed target (same for every page) makes the ratio blow up instead of falling.
     collapsed = features[:1].expand(B, N, E) + 1e-3 * torch.randn(B, N, E)
-    assert unexplained_fraction(average_page, select_units(collapsed, idx), collapsed) > 100
+    assert unexplained_fraction(average_page, select_units(collapsed, idx), collapsed, idx) > 100
 
 
 def _target_std_after(steps: int, reg: dict) -> tuple[float, float]:
@@ -235,3 +238,25 @@ def test_anti_collapse_term_keeps_the_target_from_collapsing():
     _, last_reg = _target_std_after(60, dict(variance=1.0, covariance=0.04, gamma=0.25))
     assert last_plain < 0.7 * first, (first, last_plain)
     assert last_reg > first and last_reg > 2 * last_plain, (first, last_reg, last_plain)
+
+
+def test_page_normed_targets_hold_only_what_varies_across_pages():
+    """target_norm="page": the targets are the batch's page content at each unit (zero mean across
+    pages, unit variance), target_std is still the layer-normed tokens'; an unknown norm names the choices."""
+    torch.manual_seed(0)
+    batch = _masked_batch()
+    layer, page = IJEPATask(small_model(128)), IJEPATask(small_model(128), target_norm="page")
+    page.load_state_dict(layer.state_dict())
+    with torch.no_grad():
+        features = page.target_encoder(batch["image"])
+        normed = torch.nn.functional.layer_norm(features, features.shape[-1:])
+        content = normed - normed.mean(0, keepdim=True)
+        content = content / content.var(0).mean().sqrt()
+        out_layer, out_page = layer.compute_losses(batch), page.compute_losses(batch)
+    torch.testing.assert_close(out_page["target_std"], out_layer["target_std"])
+    B, M, Nt = batch["tgt_idx"].shape
+    pred = page.predict_targets(batch["image"], batch["ctx_idx"], batch["tgt_idx"])
+    target = select_units(content, batch["tgt_idx"].reshape(B, M * Nt)).reshape(B * M, Nt, -1)
+    torch.testing.assert_close(out_page["jepa"], torch.nn.functional.smooth_l1_loss(pred, target))
+    with pytest.raises(ValueError, match="layer, page"):
+        IJEPATask(small_model(128), target_norm="batch")

@@ -10,7 +10,8 @@ from dociq.data.masking import MLMMasking, MultiBlockMasking
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.tokenize import OcrTokenizer
 from dociq.models.sizes import complete_model_config
-from dociq.training.tasks.pretrain import PretrainTask, page_content
+from dociq.training.tasks.collapse import page_content
+from dociq.training.tasks.pretrain import PretrainTask
 
 # Small enough for a few optimizer steps in seconds: 128 px pages = a 4x4 grid of mask units.
 MODEL = complete_model_config(dict(size="tiny", image_size=128, fusion={"depth": 1}, predictor={"depth": 1}))

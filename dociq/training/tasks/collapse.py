@@ -141,8 +141,28 @@ def collapse_terms(tokens: torch.Tensor, idx: torch.Tensor, num_units: int,
             "content_std": std.mean().detach()}
 
 
-def unexplained_fraction(pred: torch.Tensor, target: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """MSE of the predictions over the across-page variance of the target features [B,N,E] (mean
-    over units and channels): 1 = no better than predicting each unit's average page, < 1 = the
-    predictor knows page content. Unlike the loss it does not fall when the targets collapse."""
-    return F.mse_loss(pred.float(), target.float()) / features.float().var(dim=0).mean().clamp_min(1e-12)
+def unexplained_fraction(pred: torch.Tensor, target: torch.Tensor, features: torch.Tensor,
+                         units: torch.Tensor) -> torch.Tensor:
+    """MSE of the predictions over the across-page variance of the target features [B,N,E] at the
+    predicted units (`units`: their indices, any shape; mean over them and the channels): 1 = no
+    better than predicting each unit's average page, < 1 = the predictor knows page content. The
+    variance is taken where the targets are: masks place target blocks away from the margins, whose
+    units barely vary, so the whole page's variance would read each unit's average page as ~1.2.
+    Unlike the loss it does not fall when the targets collapse."""
+    unit_variance = features.float().var(dim=0).mean(dim=-1)             # [N]
+    return F.mse_loss(pred.float(), target.float()) / unit_variance[units].mean().clamp_min(1e-12)
+
+
+# How a JEPA stage normalises its target tokens (task.target_norm): "layer" = I-JEPA's layer norm per
+# token; "page" = then only what varies across the batch's pages at each unit (`page_content`).
+TARGET_NORMS = ("layer", "page")
+
+
+def page_content(features: torch.Tensor) -> torch.Tensor:
+    """[B, N, E] tokens -> what varies across the batch's pages at each unit: each unit's mean over
+    the pages removed, scaled so that the mean variance across pages is 1. A batch of one page
+    has no such content (all zeros)."""
+    residual = features - features.mean(dim=0, keepdim=True)
+    if features.shape[0] < 2:
+        return residual
+    return residual / residual.var(dim=0).mean().sqrt().clamp_min(1e-6)

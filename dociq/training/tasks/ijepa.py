@@ -6,7 +6,9 @@ blocks `tgt_idx` [B,M,Nt], with no target unit in the context:
 - the context encoder (the online `image_encoder`) sees only the context units (Hiera's sparse
   forward drops the other units and zeroes their pixels);
 - the target encoder, an EMA copy without gradients, encodes the full page; its last-stage
-  tokens are layer-normed (no affine) and the target-block tokens are the targets;
+  tokens are layer-normed (no affine) and the target-block tokens are the targets
+  (`target_norm="page"`: then only what varies across the batch's pages at each unit, scaled to
+  unit variance, as stage=pretrain's option);
 - the predictor gets the context tokens and one mask token per target unit, per block;
 - loss = smooth-L1(prediction, target), averaged over blocks, units and channels.
 
@@ -28,7 +30,8 @@ from dociq.models.common import build_part
 from dociq.models.document_model import image_encoder_from_config
 from dociq.models.jepa_predictor import JEPAPredictor
 from dociq.training.tasks.base import DociqTask
-from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
+from dociq.training.tasks.collapse import (TARGET_NORMS, CollapseRegConfig, collapse_terms, page_content,
+                                          unexplained_fraction)
 from dociq.training.tasks.ema import ema_update, make_ema_target, task_momentum
 
 log = logging.getLogger(__name__)
@@ -71,9 +74,13 @@ def check_disjoint(ctx_idx: torch.Tensor, tgt_idx: torch.Tensor, num_units: int)
 class IJEPATask(DociqTask):
     def __init__(self, model: Mapping[str, Any], init: Mapping[str, Any] | None = None,
                  ema: Sequence[float] | Mapping[str, float] = (0.996, 1.0), loss: str = "smooth_l1",
-                 reg: Mapping[str, float] | None = None, optimizer=None, scheduler=None) -> None:
+                 reg: Mapping[str, float] | None = None, target_norm: str = "layer",
+                 optimizer=None, scheduler=None) -> None:
         super().__init__(optimizer, scheduler)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        if target_norm not in TARGET_NORMS:
+            raise ValueError(f"task.target_norm={target_norm!r}; allowed: {', '.join(TARGET_NORMS)}")
+        self.target_norm = target_norm
         self.ema_start, self.ema_end = parse_ema(ema)
         if loss not in LOSSES:
             raise KeyError(f"unknown task.loss '{loss}'; choose one of {sorted(LOSSES)}")
@@ -130,6 +137,9 @@ class IJEPATask(DociqTask):
         with torch.no_grad():
             features = self.target_encoder(image)                          # [B, N, E], full page
             features = F.layer_norm(features, features.shape[-1:])
+            target_std = features.std(dim=0).mean()
+            if self.target_norm == "page":
+                features = page_content(features)
             target = select_units(features, tgt_idx.reshape(B, M * Nt)).reshape(B * M, Nt, -1)
         context = self.image_encoder(image, ctx_idx)                       # [B, Nc, E]
         pred = self.predict_from_context(context, ctx_idx, tgt_idx)
@@ -140,9 +150,9 @@ class IJEPATask(DociqTask):
                                       step=self.global_step))
             out["loss"] = out["loss"] + self.reg.weighted(out)
         if B > 1:  # collapse signals: 0 when every page maps to the same features
-            out["target_std"] = features.std(dim=0).mean()
+            out["target_std"] = target_std   # before the page norm, which would make it 1
             out["pred_std"] = pred.detach().reshape(B, M * Nt, -1).std(dim=0).mean()
-            out["unexplained"] = unexplained_fraction(pred.detach(), target, features)
+            out["unexplained"] = unexplained_fraction(pred.detach(), target, features, tgt_idx)
         return out
 
     def predict_targets(self, image: torch.Tensor, ctx_idx: torch.Tensor, tgt_idx: torch.Tensor) -> torch.Tensor:

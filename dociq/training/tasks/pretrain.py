@@ -47,14 +47,14 @@ from dociq.models.image_encoder import load_image_encoder_from_checkpoint
 from dociq.models.jepa_predictor import JEPAPredictor
 from dociq.models.text_encoder import MLMHead, load_text_encoder_from_checkpoint
 from dociq.training.tasks.base import DociqTask
-from dociq.training.tasks.collapse import CollapseRegConfig, collapse_terms, unexplained_fraction
+from dociq.training.tasks.collapse import (TARGET_NORMS, CollapseRegConfig, collapse_terms, page_content,
+                                          unexplained_fraction)
 from dociq.training.tasks.ema import ema_update, make_ema_target, task_momentum
 from dociq.training.tasks.init_weights import load_part
 
 log = logging.getLogger(__name__)
 
 LOSS_NAMES = ("djepa", "mlm", "mim")
-TARGET_NORMS = ("layer", "page")
 PREDICTOR_CONTEXTS = ("grid", "visible")
 
 
@@ -199,7 +199,7 @@ class PretrainTask(DociqTask):
                 # (as stage=ijepa: std across pages at a fixed unit / block slot)
                 "target_std": target_std,
                 "pred_std": pred.detach().float().reshape(B, M * Nt, -1).std(dim=0).mean(),
-                "unexplained": unexplained_fraction(pred.detach(), target, features)}
+                "unexplained": unexplained_fraction(pred.detach(), target, features, flat_idx)}
 
     def _mlm(self, batch, fused_txt: torch.Tensor) -> dict[str, torch.Tensor]:
         labels = batch["mlm_labels"]
@@ -249,16 +249,6 @@ class PretrainTask(DociqTask):
     def trainable_named_parameters(self):
         return [(n, p) for n, p in self.named_parameters()
                 if p.requires_grad and not n.startswith("target_encoder.")]
-
-
-def page_content(features: torch.Tensor) -> torch.Tensor:
-    """[B, N, E] tokens -> what varies across the batch's pages at each unit: each unit's mean over
-    the pages removed, scaled so that the mean variance across pages is 1. A batch of one page
-    has no such content (all zeros)."""
-    residual = features - features.mean(dim=0, keepdim=True)
-    if features.shape[0] < 2:
-        return residual
-    return residual / residual.var(dim=0).mean().sqrt().clamp_min(1e-6)
 
 
 def _image_encoder_state(path: str) -> dict[str, torch.Tensor]:
