@@ -87,6 +87,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--masking", choices=("blocks", "units"), default="blocks",
                     help="blocks: I-JEPA's multi-block masks (the stages'); units: 4 single units, the rest context")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--image-size", type=int, default=256,
+                    help="the input side: 512 gives the tiny model a 16 x 16 grid of 32-px units")
     ap.add_argument("--predictor", default="", help="the predictor's size instead of the model config's, "
                     "e.g. 'dim=128,depth=4,num_heads=4'")
     ap.add_argument("--json", type=Path)
@@ -94,7 +96,7 @@ def main(argv=None) -> dict:
 
     t0 = time.time()
     size_overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.predictor.split(",") if kv)}
-    model = complete_model_config({"size": "tiny", "predictor": size_overrides})
+    model = complete_model_config({"size": "tiny", "image_size": args.image_size, "predictor": size_overrides})
     size = int(model["image_size"])
     encoder = load_encoder(args.encoder, "tiny", size)
     pages = {split: list(CorpusDocuments(args.corpus, split=split, max_pages=n))
@@ -159,7 +161,7 @@ def main(argv=None) -> dict:
             curve.append([step, round(unexplained("val"), 4), round(unexplained("train"), 4)])
             print(f"step {step}: unexplained held-out {curve[-1][1]:.3f}, training pages {curve[-1][2]:.3f} "
                   f"({time.time() - t0:.0f} s)")
-    result = {"encoder": args.encoder, "target_norm": args.target_norm, "masking": args.masking,
+    result = {"encoder": args.encoder, "image_size": size, "target_norm": args.target_norm, "masking": args.masking,
               "predictor": dict(model["predictor"]), "unit_mean_unexplained": mean_error,
               "context_neighbour_unexplained": context_ridge,
               "neighbour_unexplained": ridge_error, "predictor_unexplained_val_train": curve, "seconds": time.time() - t0}
