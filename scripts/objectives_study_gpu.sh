@@ -10,6 +10,10 @@
 #   CORPUS=data/corpus_384 WORK=outputs/objectives STEPS=800 bash scripts/objectives_study_gpu.sh
 #   TRAINER=cpu STEPS=4 BATCH=2 WORKERS=0 EXTRA="model.image_size=128" ...     # a CPU dry run
 #
+# An arm is an objective with optional variants after dashes, e.g. ARMS="ijepa ijepa-rope djepa-rope-small":
+# rope = rotary positions in the predictor (model.predictor.positions=rope); small = target blocks of
+# 1-2 units (target_scale 0.015-0.035 of the page, no context floor).
+#
 # Writes WORK/<arm>_s<seed>/ (each run: csv/metrics.csv, checkpoints/), WORK/<arm>_s<seed>.log and
 # WORK/objectives.json (per run: the probe curves, the last `unexplained` and MLM accuracy, steps/s).
 # docs/pretrain.md, "Three objectives at GPU scale", has the result.
@@ -30,13 +34,23 @@ PY=${PY:-python3}
 mkdir -p "$WORK"
 read -r -a EXTRA_ARGS <<< "$EXTRA"
 
-overrides() {   # overrides ARM: the stage and losses that make the objective
-  case "$1" in
-    ijepa) echo "stage=ijepa" ;;
-    mim) echo "stage=pretrain task.loss.djepa=0 task.loss.mlm=0" ;;
-    djepa) echo "stage=pretrain" ;;
-    *) echo "unknown arm '$1': ijepa, mim or djepa" >&2; return 2 ;;
+overrides() {   # overrides ARM: the stage and losses that make the objective, then those of its variants
+  local objective=${1%%-*} variants=() v
+  [ "$objective" != "$1" ] && IFS=- read -r -a variants <<< "${1#*-}"
+  case "$objective" in
+    ijepa) echo -n "stage=ijepa" ;;
+    mim) echo -n "stage=pretrain task.loss.djepa=0 task.loss.mlm=0" ;;
+    djepa) echo -n "stage=pretrain" ;;
+    *) echo "unknown objective '$objective' in arm '$1': ijepa, mim or djepa" >&2; return 2 ;;
   esac
+  for v in "${variants[@]}"; do
+    case "$v" in
+      rope) echo -n " model.predictor.positions=rope" ;;   # rotary positions in the predictor
+      small) echo -n " data.image_masking.target_scale=[0.015,0.035] data.image_masking.min_keep=0" ;;  # 1-2-unit targets
+      *) echo "unknown variant '$v' in arm '$1': rope or small" >&2; return 2 ;;
+    esac
+  done
+  echo
 }
 
 pids=(); names=()

@@ -49,10 +49,11 @@ def main(argv=None) -> dict:
     if not runs:
         raise SystemExit(f"no <arm>_s<seed>/csv/metrics.csv under {args.work}: pass the study's WORK folder")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colours = {"ijepa": "tab:blue", "mim": "tab:orange", "djepa": "tab:green"}
+    arms = sorted({run.rsplit("_s", 1)[0] for run in runs})
+    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arms)}   # one per arm, variants too
     for run, c in runs.items():
         arm, seed = run.rsplit("_s", 1)
-        style = dict(color=colours.get(arm, "grey"), linestyle="-" if seed == "0" else "--", marker="o", ms=3)
+        style = dict(color=colours[arm], linestyle="-" if seed == "0" else "--", marker="o", ms=3)
         if "val/probe_bacc" in c:
             axes[0].plot(*zip(*c["val/probe_bacc"]), label=run, **style)
         for key, width in (("val/unexplained", 1.5), ("train/unexplained", 0.7)):

@@ -90,12 +90,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--image-size", type=int, default=256,
                     help="the input side: 512 gives the tiny model a 16 x 16 grid of 32-px units")
     ap.add_argument("--predictor", default="", help="the predictor's size instead of the model config's, "
-                    "e.g. 'dim=128,depth=4,num_heads=4'")
+                    "e.g. 'dim=128,depth=4,num_heads=4,positions=rope'")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
     t0 = time.time()
-    size_overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.predictor.split(",") if kv)}
+    size_overrides = {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in args.predictor.split(",") if kv)}
     model = complete_model_config({"size": "tiny", "image_size": args.image_size, "predictor": size_overrides})
     size = int(model["image_size"])
     encoder = load_encoder(args.encoder, "tiny", size)

@@ -38,6 +38,14 @@ def _train(repo_root: Path, root: Path, run: str, extra: list[str],
                           env=_ddp_env(repo_root))
 
 
+def failure(run: subprocess.CompletedProcess) -> str:
+    """What a failed multi-process run printed: the first traceback (the rank that failed first)
+    and the end (the rank that waited on it, whose error alone would hide the cause)."""
+    first = run.stderr.find("Traceback")
+    head = run.stderr[first:first + 4000] if first >= 0 else ""
+    return head + "\n...\n" + run.stderr[-3000:]
+
+
 def _state(path: Path) -> tuple[int, dict[str, torch.Tensor]]:
     ckpt = torch.load(path, weights_only=True)
     return ckpt["global_step"], ckpt["state_dict"]
@@ -46,15 +54,15 @@ def _state(path: Path) -> tuple[int, dict[str, torch.Tensor]]:
 def assert_resume_is_exact(repo_root: Path, tmp_path: Path, optim: str, trainer: str) -> None:
     """A run killed after its step-4 checkpoint and resumed ends with the uninterrupted run's weights."""
     straight = _train(repo_root, tmp_path, "straight", [f"optim={optim}"], trainer)
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert straight.returncode == 0, failure(straight)
     crashed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}",
                                                       "+callbacks.crash._target_=test_exact_resume.CrashAt",
                                                       f"+callbacks.crash.step={CRASH_STEP}"], trainer)
-    assert crashed.returncode != 0 and "simulated crash" in crashed.stderr, crashed.stderr[-3000:]
+    assert crashed.returncode != 0 and "simulated crash" in crashed.stderr, failure(crashed)
     last = tmp_path / "crashed" / "checkpoints" / "last.ckpt"
     assert _state(last)[0] == CRASH_STEP - 1
     resumed = _train(repo_root, tmp_path, "crashed", [f"optim={optim}", f"ckpt_path={last}"], trainer)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, failure(resumed)
 
     # the data order saved with the checkpoint records the two processes each step's batch was split over
     order = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=True)[
@@ -81,7 +89,7 @@ def test_finetuning_trains_under_ddp_on_two_cpu_processes(repo_root, tmp_path, o
            "trainer.enable_progress_bar=false", "logger=csv", f"paths.root_dir={tmp_path}",
            f"paths.output_dir={tmp_path}/run"]
     out = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600, env=_ddp_env(repo_root))
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, failure(out)
     step, weights = _state(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert step == 2 and all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
     order = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)[

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_ddp_resume import MAX_STEPS, _ddp_env, _state, _train, assert_resume_is_exact
+from test_ddp_resume import MAX_STEPS, _ddp_env, _state, _train, assert_resume_is_exact, failure
 
 FINETUNE_SMALL = ["stage=finetune", "trainer.max_steps=2", "trainer.val_check_interval=2",
                   "trainer.limit_val_batches=1", "model.image_size=128", "data.batch_size=2", "data.num_workers=0",
@@ -37,7 +37,7 @@ def test_fsdp_trains_as_one_process_does_on_the_same_global_batch(repo_root, tmp
     out = tmp_path / "equivalence.json"
     run = subprocess.run([sys.executable, "tests/fsdp_equivalence.py", "--out", str(out), "--steps", "20"],
                          cwd=repo_root, capture_output=True, text=True, timeout=300, env=_ddp_env(repo_root))
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, failure(run)
     report = json.loads(out.read_text())
     assert set(report) == {"adamw", "sngd", "sngd_coordinates"}
     for name in report:
@@ -62,7 +62,7 @@ def test_an_fsdp_run_resumed_after_a_crash_equals_the_uninterrupted_run(repo_roo
     last = tmp_path / "crashed" / "checkpoints" / "last.ckpt"
     one = _train(repo_root, tmp_path, "one", [f"optim={optim}", f"ckpt_path={last}",
                                                f"trainer.max_steps={MAX_STEPS + 2}"], "default")
-    assert one.returncode == 0, one.stderr[-3000:]
+    assert one.returncode == 0, failure(one)
     step, weights = _state(tmp_path / "one" / "checkpoints" / "last.ckpt")
     assert step == MAX_STEPS + 2
     assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
@@ -72,7 +72,7 @@ def test_fine_tuning_under_fsdp_gives_a_checkpoint_the_predictor_reads(repo_root
     cmd = [sys.executable, "train.py", *FINETUNE_SMALL, "trainer=fsdp_cpu", "optim=sngd",
            f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/run"]
     out = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600, env=_ddp_env(repo_root))
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, failure(out)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] == 2
@@ -103,7 +103,7 @@ def test_fsdp_and_ddp_train_the_same_run(repo_root, tmp_path):
     """Same seed, same per-rank batches: sharded and replicated training log the same losses."""
     for trainer in ("ddp_cpu", "fsdp_cpu"):
         run = _train(repo_root, tmp_path, trainer, ["optim=sngd"], trainer)
-        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.returncode == 0, failure(run)
     ddp, fsdp = _csv_losses(tmp_path / "ddp_cpu"), _csv_losses(tmp_path / "fsdp_cpu")
     assert len(ddp) == MAX_STEPS
     torch.testing.assert_close(fsdp, ddp, rtol=1e-4, atol=0)

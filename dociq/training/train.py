@@ -146,6 +146,17 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
     return L.Trainer(**trainer_kwargs, logger=loggers, callbacks=callbacks, plugins=plugins)
 
 
+def leave_process_group_together() -> None:
+    """After a distributed fit, wait for every rank, then close the process group. A rank that
+    exits while another still reads from it (rank 0 gathering and writing the last full
+    checkpoint under FSDP) resets their gloo connection, and the slower rank dies mid-read."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def finish_wandb_runs(trainer: L.Trainer) -> None:
     """End this job's wandb run. Lightning leaves it open, and the next `train()` in the same process
     (a Hydra multirun job, a test) would otherwise log into it instead of its own run."""
@@ -225,6 +236,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
     finally:
         finish_wandb_runs(trainer)
+    leave_process_group_together()
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
     ckpt_cb = trainer.checkpoint_callback

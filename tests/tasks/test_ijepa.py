@@ -95,9 +95,10 @@ def test_predictions_depend_only_on_context_units():
         assert not torch.allclose(task.predict_targets(seen, ctx, tgt)[:2], base[:2])
 
 
-def test_predictor_uses_positions_not_token_order():
+@pytest.mark.parametrize("positions", ["sincos", "rope"])
+def test_predictor_uses_positions_not_token_order(positions):
     torch.manual_seed(0)
-    predictor = JEPAPredictor(in_dim=24, dim=32, depth=2, num_heads=2).eval()
+    predictor = JEPAPredictor(in_dim=24, dim=32, depth=2, num_heads=2, positions=positions).eval()
     tokens, ctx = torch.randn(1, 5, 24), torch.tensor([[0, 3, 7, 9, 12]])
     tgt = torch.tensor([[5, 6]])
     with torch.no_grad():
@@ -107,6 +108,27 @@ def test_predictor_uses_positions_not_token_order():
         assert not torch.allclose(predictor(tokens, ctx, torch.tensor([[10, 11]]), (4, 4)), out)
         swapped = predictor(tokens, ctx, torch.tensor([[6, 5]]), (4, 4))
         torch.testing.assert_close(swapped, out.flip(1))           # a prediction belongs to its position
+
+
+def test_rotary_predictor_sees_offsets_so_a_shifted_page_gives_the_same_predictions():
+    """With rotary positions an attention weight depends on the offset between two units only: the
+    same context and targets moved one unit right and one down predict the same, which absolute
+    sin-cos positions do not."""
+    torch.manual_seed(0)
+    tokens, ctx, tgt = torch.randn(2, 5, 24), torch.tensor([[0, 1, 6, 8, 12]] * 2), torch.tensor([[4, 7]] * 2)
+    shift = lambda units: units + 6 + 1                                # on a 6 x 6 grid: one down, one right
+    for positions, same in (("rope", True), ("sincos", False)):
+        predictor = JEPAPredictor(in_dim=24, dim=32, depth=2, num_heads=2, positions=positions).eval()
+        with torch.no_grad():
+            out, moved = predictor(tokens, ctx, tgt, (6, 6)), predictor(tokens, shift(ctx), shift(tgt), (6, 6))
+        assert torch.allclose(moved, out, atol=1e-5) == same, positions
+
+
+def test_predictor_names_a_bad_positions_setting():
+    with pytest.raises(ValueError, match="model.predictor.positions='learned'"):
+        JEPAPredictor(in_dim=24, dim=32, positions="learned")
+    with pytest.raises(ValueError, match="head width 6"):
+        JEPAPredictor(in_dim=24, dim=24, num_heads=4, positions="rope")
 
 
 def test_bad_batches_fail_with_the_fix():
