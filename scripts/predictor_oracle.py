@@ -34,19 +34,15 @@ def masked_ridge(train: torch.Tensor, test: torch.Tensor, grid, masking, generat
     (minus its unit's mean training page) from those of its 8 neighbours that are context units
     under `draws` draws of `masking` per page (a masked neighbour gives zeros and a flag): the linear,
     local counterpart of the predictor, with what the predictor is given."""
-    h, w = int(grid[0]), int(grid[1])
+    from dociq.training.probe import neighbour_features, ridge_weights
+
     unit_mean = train.mean(0)
 
     def samples(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        p, n, e = tokens.shape
+        p, n, _ = tokens.shape
         ctx_idx, tgt_idx = masking(p, generator)
-        visible = torch.zeros(p, n, dtype=torch.bool).scatter_(1, ctx_idx, True)
-        residual = (tokens - unit_mean) * visible[..., None]
-        padded = F.pad(torch.cat([residual, visible[..., None].to(tokens)], -1).reshape(p, h, w, e + 1).permute(0, 3, 1, 2),
-                       (1, 1, 1, 1))
-        features = torch.cat([padded[:, :, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
-                              for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx], 1)
-        features = features.permute(0, 2, 3, 1).reshape(p, n, -1)
+        visible = torch.zeros(p, n, dtype=torch.bool).scatter_(1, ctx_idx, True)[..., None]
+        features = neighbour_features(torch.cat([(tokens - unit_mean) * visible, visible.to(tokens)], -1), grid)
         units = tgt_idx.reshape(p, -1)
         pick = lambda t: t.gather(1, units[..., None].expand(-1, -1, t.shape[-1])).flatten(0, 1)
         return pick(features).double(), pick(tokens - unit_mean).double(), units.flatten()
@@ -56,8 +52,7 @@ def masked_ridge(train: torch.Tensor, test: torch.Tensor, grid, masking, generat
         x, y, _ = samples(train)
         gram = x.T @ x if gram is None else gram + x.T @ x
         moment = x.T @ y if moment is None else moment + x.T @ y
-    damping = ridge * gram.diagonal().mean().clamp_min(1e-12)
-    weights = torch.linalg.solve(gram + damping * torch.eye(len(gram), dtype=gram.dtype), moment)
+    weights = ridge_weights(gram, moment, ridge)
     unit_variance = test.double().var(0).mean(-1)
     errors, variances = [], []
     for _ in range(draws):

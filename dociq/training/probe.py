@@ -120,31 +120,38 @@ def accuracies(pred: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     return acc, float(np.mean(recalls))
 
 
+def neighbour_features(values: torch.Tensor, grid: Sequence[int]) -> torch.Tensor:
+    """[P, N, C] values on an h x w unit grid -> [P, N, 8C]: each unit's 8 neighbours' values, side
+    by side (zeros beyond the page)."""
+    h, w = int(grid[0]), int(grid[1])
+    p, _, c = values.shape
+    padded = F.pad(values.reshape(p, h, w, c).permute(0, 3, 1, 2), (1, 1, 1, 1))
+    shifted = [padded[:, :, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+               for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+    return torch.cat(shifted, 1).permute(0, 2, 3, 1).reshape(p, h * w, -1)
+
+
+def ridge_weights(gram: torch.Tensor, moment: torch.Tensor, ridge: float) -> torch.Tensor:
+    """Ridge regression weights from X^T X and X^T Y, the damping `ridge` times the mean feature
+    variance (so one setting suits features of any scale)."""
+    damping = ridge * gram.diagonal().mean().clamp_min(1e-12)
+    return torch.linalg.solve(gram + damping * torch.eye(len(gram), dtype=gram.dtype), moment)
+
+
 def neighbour_predictability(train_tokens: torch.Tensor, test_tokens: torch.Tensor, grid: Sequence[int],
                              ridge: float = 1e-2) -> tuple[float, float]:
     """(`unexplained` of each unit's mean, of the ridge from its 8 neighbours' tokens) on the test
     pages, the tokens [P, N, E] layer-normed as JEPA targets are; `ridge` is relative to the mean
     feature variance. NaN for tokens that do not vary across pages (nothing to predict)."""
-    h, w = int(grid[0]), int(grid[1])
     train, test = (F.layer_norm(t.double(), t.shape[-1:]) for t in (train_tokens, test_tokens))
     unit_mean = train.mean(0)
     variance = test.var(0).mean()
     if variance < 1e-12:
         return float("nan"), float("nan")
-
-    def neighbours(tokens: torch.Tensor) -> torch.Tensor:   # [P, N, 8E], zeros beyond the page
-        p, _, e = tokens.shape
-        padded = F.pad((tokens - unit_mean).reshape(p, h, w, e).permute(0, 3, 1, 2), (1, 1, 1, 1))
-        shifted = [padded[:, :, 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
-                   for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
-        return torch.cat(shifted, 1).permute(0, 2, 3, 1).reshape(p, h * w, -1)
-
-    x_train, y_train = neighbours(train).flatten(0, 1), (train - unit_mean).flatten(0, 1)
-    gram = x_train.T @ x_train
-    damping = ridge * gram.diagonal().mean().clamp_min(1e-12)
-    weights = torch.linalg.solve(gram + damping * torch.eye(len(gram), dtype=gram.dtype), x_train.T @ y_train)
+    x_train = neighbour_features(train - unit_mean, grid).flatten(0, 1)
+    weights = ridge_weights(x_train.T @ x_train, x_train.T @ (train - unit_mean).flatten(0, 1), ridge)
     mean_error = ((test - unit_mean) ** 2).mean() / variance
-    ridge_error = ((test - unit_mean - neighbours(test) @ weights) ** 2).mean() / variance
+    ridge_error = ((test - unit_mean - neighbour_features(test - unit_mean, grid) @ weights) ** 2).mean() / variance
     return float(mean_error), float(ridge_error)
 
 

@@ -5,11 +5,12 @@ import json
 import math
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_optim.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_optim", SCRIPT)
+def _script(name: str):
+    """scripts/<name>.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -17,7 +18,7 @@ def _bench():
 
 def test_bench_rows_keys_sweep_and_plots(tmp_path):
     out = tmp_path / "bench.json"
-    _bench().main(["--steps", "4", "--d-model", "32", "--depth", "1", "--heads", "2", "--rank", "4",
+    _script("bench_optim").main(["--steps", "4", "--d-model", "32", "--depth", "1", "--heads", "2", "--rank", "4",
                    "--seq-len", "16", "--batch-size", "2", "--eval-batches", "1", "--threads", "1",
                    "--refresh-every", "2", "--lrs", "1e-3,1e-2", "--seeds", "0,1",
                    "--optimizers", "adamw,sngd_random,sngd_random_nongd", "--json", str(out),
@@ -39,17 +40,9 @@ def test_bench_rows_keys_sweep_and_plots(tmp_path):
     assert (tmp_path / "optim_loss_vs_time.png").stat().st_size > 0
 
 
-def _memory_bench():
-    path = SCRIPT.parent / "bench_optim_memory.py"
-    spec = importlib.util.spec_from_file_location("bench_optim_memory", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_memory_bench_counts_adamws_two_moments_and_sngds_smaller_state(tmp_path):
     out = tmp_path / "memory.json"
-    rows = _memory_bench().main(["--model", "dociq-tiny", "--world", "1", "--threads", "1",
+    rows = _script("bench_optim_memory").main(["--model", "dociq-tiny", "--world", "1", "--threads", "1",
                                  "--optimizers", "adamw,sngd_coordinates", "--json", str(out)])
     by_name = {r["optimizer"]: r for r in rows}
     assert json.loads(out.read_text()) == rows
@@ -65,4 +58,4 @@ def test_memory_bench_on_a_gpu_measures_one_process():
     import pytest
 
     with pytest.raises(SystemExit):
-        _memory_bench().main(["--device", "cuda", "--world", "1", "2"])
+        _script("bench_optim_memory").main(["--device", "cuda", "--world", "1", "2"])
