@@ -19,7 +19,10 @@ on the optimizer), then take `--steps` optimizer steps. Measured with the proces
   allocator sees it);
 - `peak opt`: the highest RSS during any step (VmHWM, reset before each step) minus the RSS with
   weights and gradients only: state and every temporary of a step;
-- `peak grad+opt`: the same peak minus the RSS with the weights only.
+- `peak grad+opt`: the same peak minus the RSS with the weights only;
+- `step ms`: the median time of one `opt.step()` after the first (which creates the state),
+  synchronised on CUDA; on the CPU each timed step also carries the memory probe's reset, alike
+  for every optimizer. Give `--steps` > 2 for a median of several.
 
 Under FSDP2 (`--world 2`) every block list is `fully_shard`ed as `trainer=fsdp_cpu` does and the
 numbers are rank 0's (ranks hold equal shards). An optimizer that cannot step sharded parameters
@@ -36,9 +39,11 @@ import ctypes
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -110,15 +115,20 @@ def measure(model_name: str, optimizer: str, steps: int, mesh=None, device: str 
     with_grads = rss(device)
     opt = build_optimizer(optimizer, named)
     probe = StepMemory(device)
-    peak = 0
+    peak, times = 0, []
     for _ in range(steps):
         probe.start()
+        start = time.perf_counter()
         opt.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
         peak = max(peak, probe.base + probe.stop())
     after = rss(device)
     return {"optimizer": optimizer, "device": device, "params": params, "local_params": sum(p.numel() for p in local),
             "grads": with_grads - base, "state": state_bytes(opt), "held": after - with_grads,
-            "peak_opt": peak - with_grads, "peak_grad_opt": peak - base}
+            "peak_opt": peak - with_grads, "peak_grad_opt": peak - base,
+            "step_s": statistics.median(times[1:]) if len(times) > 1 else None}
 
 
 def _rank_main(rank: int, world: int, port: int, args, out: str) -> None:
@@ -162,17 +172,20 @@ def worker(args) -> None:
 
 def table(rows: list[dict]) -> str:
     lines = ["| optimizer | processes | params per process | grads GB | state GB (counted) | held GB | "
-             "peak opt GB | peak grad+opt GB | peak opt / AdamW's |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    adamw = {r["world"]: r["peak_opt"] for r in rows if r["optimizer"] == "adamw" and "error" not in r}
+             "peak opt GB | peak grad+opt GB | peak opt / AdamW's | step ms | step / AdamW's |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    adamw = {r["world"]: r for r in rows if r["optimizer"] == "adamw" and "error" not in r}
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['optimizer']} | {r['world']} | | | | | | | fails: {r['error']} |")
+            lines.append(f"| {r['optimizer']} | {r['world']} | | | | | | | fails: {r['error']} | | |")
             continue
-        ratio = r["peak_opt"] / adamw[r["world"]] if adamw.get(r["world"]) else float("nan")
+        base = adamw.get(r["world"])
+        ratio = r["peak_opt"] / base["peak_opt"] if base else float("nan")
+        step = f"{1000 * r['step_s']:.1f}" if r.get("step_s") else "-"
+        step_ratio = f"{r['step_s'] / base['step_s']:.2f}x" if base and r.get("step_s") and base.get("step_s") else "-"
         lines.append(f"| {r['optimizer']} | {r['world']} | {r['local_params'] / 1e6:.1f} M | {r['grads'] / GB:.2f} | "
                      f"{r['state'] / GB:.3f} | {r['held'] / GB:.3f} | {r['peak_opt'] / GB:.3f} | "
-                     f"{r['peak_grad_opt'] / GB:.2f} | {ratio:.2f}x |")
+                     f"{r['peak_grad_opt'] / GB:.2f} | {ratio:.2f}x | {step} | {step_ratio} |")
     return "\n".join(lines)
 
 

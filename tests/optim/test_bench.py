@@ -42,8 +42,8 @@ def test_bench_rows_keys_sweep_and_plots(tmp_path):
 
 def test_memory_bench_counts_adamws_two_moments_and_sngds_smaller_state(tmp_path):
     out = tmp_path / "memory.json"
-    rows = _script("bench_optim_memory").main(["--model", "dociq-tiny", "--world", "1", "--threads", "1",
-                                 "--optimizers", "adamw,sngd_coordinates", "--json", str(out)])
+    rows = _script("bench_optim_memory").main(["--model", "dociq-tiny", "--world", "1", "--threads", "1", "--steps", "3",
+                                               "--optimizers", "adamw,sngd_coordinates", "--json", str(out)])
     by_name = {r["optimizer"]: r for r in rows}
     assert json.loads(out.read_text()) == rows
     adamw, sngd = by_name["adamw"], by_name["sngd_coordinates"]
@@ -52,6 +52,7 @@ def test_memory_bench_counts_adamws_two_moments_and_sngds_smaller_state(tmp_path
     # exp_avg + exp_avg_sq in fp32, and a step count per tensor
     assert 8 * adamw["params"] < adamw["state"] < 8.001 * adamw["params"]
     assert 0 < sngd["state"] < adamw["state"]
+    assert adamw["step_s"] > 0 and sngd["step_s"] > 0      # the median of the steps after the first
 
 
 def test_memory_bench_on_a_gpu_measures_one_process():
