@@ -21,8 +21,9 @@ on the optimizer), then take `--steps` optimizer steps. Measured with the proces
   weights and gradients only: state and every temporary of a step;
 - `peak grad+opt`: the same peak minus the RSS with the weights only;
 - `step ms`: the median time of one `opt.step()` after the first (which creates the state),
-  synchronised on CUDA; on the CPU each timed step also carries the memory probe's reset, alike
-  for every optimizer. Give `--steps` > 2 for a median of several.
+  synchronised on CUDA. On the CPU the timer starts after the memory probe's reset, but each step
+  still runs on the pages that reset just returned to the system (they fault in afresh), alike for
+  every optimizer. Give `--steps` > 2 for a median of several.
 
 Under FSDP2 (`--world 2`) every block list is `fully_shard`ed as `trainer=fsdp_cpu` does and the
 numbers are rank 0's (ranks hold equal shards). An optimizer that cannot step sharded parameters

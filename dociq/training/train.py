@@ -149,7 +149,8 @@ def build_trainer(cfg: DictConfig, resume: dict | None = None) -> L.Trainer:
 def leave_process_group_together() -> None:
     """After a distributed fit, wait for every rank, then close the process group. A rank that
     exits while another still reads from it (rank 0 gathering and writing the last full
-    checkpoint under FSDP) resets their gloo connection, and the slower rank dies mid-read."""
+    checkpoint under FSDP) can reset their gloo connection, the likely cause of a rare
+    "Connection reset by peer" on rank 0 mid-gather (seen once, not reproduced)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
