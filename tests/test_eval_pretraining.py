@@ -186,7 +186,8 @@ def test_the_gpu_study_script_can_stop_after_the_pretraining(tmp_path):
 @pytest.mark.slow
 def test_the_objectives_study_runs_each_objective_and_reports_its_probe_curve(tmp_path):
     """scripts/objectives_study_gpu.sh with TRAINER=cpu and tiny pages: I-JEPA, MIM alone and D-JEPA side
-    by side, each probed at its start, half-way and at its end, in one JSON."""
+    by side, each probed at its start, half-way and at its end, in one JSON; an arm's variants
+    (`-rope`, `-small`) reach its run's config."""
     import os
     import subprocess
 
@@ -195,6 +196,7 @@ def test_the_objectives_study_runs_each_objective_and_reports_its_probe_curve(tm
     work = tmp_path / "work"
     env = {**os.environ, "CORPUS": str(corpus), "WORK": str(work), "TRAINER": "cpu", "STEPS": "8", "BATCH": "2",
            "WORKERS": "0", "SEEDS": "0", "PY": sys.executable, "RUN_SECONDS": "600",
+           "ARMS": "ijepa-rope mim djepa-rope-small",
            "EXTRA": "model.image_size=128 data.tokenizer.max_length=48 data.train_set.datasets.1.num_pages=8 "
                     "trainer.limit_val_batches=1 callbacks.unit_probe.train_pages=4 callbacks.unit_probe.test_pages=2 "
                     + " ".join(PRETRAIN_SMALL[1:])}
@@ -202,13 +204,21 @@ def test_the_objectives_study_runs_each_objective_and_reports_its_probe_curve(tm
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     runs = json.loads((work / "objectives.json").read_text())
-    assert sorted(runs) == ["djepa_s0", "ijepa_s0", "mim_s0"]
+    assert sorted(runs) == ["djepa-rope-small_s0", "ijepa-rope_s0", "mim_s0"]
     for name, run in runs.items():
         assert [step for step, _ in run["probe"]] == [0, 3, 7], name
         assert all(0.0 <= value <= 1.0 for _, value in run["probe"])
-    assert runs["djepa_s0"]["unexplained"] is not None and runs["djepa_s0"]["mlm_acc"] is not None
-    assert runs["mim_s0"]["unexplained"] is None and runs["ijepa_s0"]["probe_target"]   # no D-JEPA; an EMA target
-    assert "| ijepa_s0 |" in out.stdout
+    assert runs["djepa-rope-small_s0"]["unexplained"] is not None and runs["djepa-rope-small_s0"]["mlm_acc"] is not None
+    assert runs["mim_s0"]["unexplained"] is None and runs["ijepa-rope_s0"]["probe_target"]   # no D-JEPA; an EMA target
+    assert "| ijepa-rope_s0 |" in out.stdout
+
+    def overrides(run):
+        return (work / run / ".hydra" / "overrides.yaml").read_text()
+    assert "model.predictor.positions=rope" in overrides("ijepa-rope_s0")
+    assert "stage=ijepa" in overrides("ijepa-rope_s0") and "target_scale=[0.015,0.035]" not in overrides("ijepa-rope_s0")
+    assert "model.predictor.positions=rope" in overrides("djepa-rope-small_s0")
+    assert "data.image_masking.target_scale=[0.015,0.035]" in overrides("djepa-rope-small_s0")
+    assert "positions=rope" not in overrides("mim_s0")
 
 
 def test_objective_curves_keep_the_last_run_of_a_folder_written_twice(tmp_path):
