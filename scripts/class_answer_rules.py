@@ -68,7 +68,7 @@ def collect(checkpoint: str, corpus: str, split: str) -> list[dict]:
         logits = predictor.predict(question=texts, return_logits=True)[0]
         probs = predictor.word_class_probabilities()
         state = predictor.page
-        units = text_units(state.text_blocks, state.word_boxes, state.words)
+        units = text_units(state.text_blocks, state.word_boxes, state.words, state.slope or 0.0)
         pixels = pixel_boxes(state.word_boxes, state.original_size)
         boxes = np.array([[*pixels[u, :2].min(0), *pixels[u, 2:].max(0)] for u in units]).reshape(-1, 4)
         read = probs.sum(1) > 0

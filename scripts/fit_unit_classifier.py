@@ -27,7 +27,7 @@ from scipy.special import softmax
 from dociq.data.collate import page_word_classes
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.schema import REGION_CLASSES, Page
-from dociq.data.text_blocks import page_blocks
+from dociq.data.text_blocks import page_blocks, skew_slope
 from dociq.inference.class_answers import text_units
 from dociq.inference.unit_classifier import NOT_A_REGION, UnitClassifier
 from dociq.inference.unit_features import FEATURE_NAMES, unit_features
@@ -55,7 +55,8 @@ def page_units(pages) -> tuple[np.ndarray, np.ndarray]:
         if page is None or not len(page.words):
             continue
         boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
-        units = text_units(page_blocks(page.image, boxes, page.words), boxes, page.words)
+        slope = skew_slope(boxes)                       # as the Predictor finds a scan's units
+        units = text_units(page_blocks(page.image, boxes, page.words, slope), boxes, page.words, slope)
         features.append(unit_features(page.image, boxes, page.words, units))
         labels.append(unit_labels(page, units))
     return np.concatenate(features), np.concatenate(labels)

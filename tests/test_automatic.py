@@ -15,7 +15,7 @@ from dociq.inference.automatic import (LAYOUT_QUESTIONS, PageSegmenter, Segmente
                                        box_text_share, grid_points, nms,
                                        remove_small_regions,
                                        stability_score, to_coco_results)
-from dociq.data.text_blocks import block_boxes, group_blocks, group_lines, line_points
+from dociq.data.text_blocks import block_boxes, group_blocks, group_lines, line_points, page_blocks, skew_slope
 from dociq.inference.overlay import draw_overlay
 
 
@@ -73,6 +73,25 @@ def test_lines_join_into_blocks_at_line_spacing_and_split_at_paragraph_gaps():
     got = block_boxes(boxes, words)
     assert got.shape == (6, 4)
     assert [11, 32, 199, 68] in got.astype(int).tolist()      # paragraph 1's words' box
+
+
+@pytest.mark.parametrize("degrees", [-2.0, -1.0, 1.0, 2.0])
+def test_a_skewed_scans_paragraphs_are_the_blocks_of_the_level_page(degrees):
+    # two paragraphs of 600-px lines 13 px apart, a 20-px gap between them; turned 2 degrees a
+    # line's last word sits 21 px off its first, more than a line's pitch
+    rows = [30, 43, 56, 69, 102, 115, 128]
+    level = np.array([box for y in rows for box in _text_line(20, y, 620, words=10)], np.float64)
+    slope = np.tan(np.radians(degrees))
+    skewed = level.copy()
+    shift = slope * (level[:, 0] + level[:, 2]) / 2
+    skewed[:, [1, 3]] += shift[:, None]
+    blank = np.full((200, 660, 3), 255, np.uint8)
+    truth = sorted([list(range(0, 40)), list(range(40, 70))])
+    assert sorted(sorted(b) for b in page_blocks(blank, level)) == truth
+    assert abs(skew_slope(skewed) - slope) < 0.004
+    assert sorted(sorted(b) for b in page_blocks(blank, skewed)) == truth
+    # grouped as given, the skewed lines run into each other: not the paragraphs
+    assert sorted(sorted(b) for b in group_blocks(skewed)) != truth
 
 
 def test_grid_points_are_cell_centres_inside_the_page():

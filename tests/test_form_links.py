@@ -125,7 +125,7 @@ def test_a_label_is_found_where_it_ends_its_phrase_with_the_questions_capitals()
 
 def test_a_skewed_scan_keeps_a_label_and_its_value_on_one_line():
     # a ruled two-column form turned 2 degrees: each value sits 8 px lower than its label 240 px to its left
-    from dociq.inference.form_links import skew_slope
+    from dociq.data.text_blocks import skew_slope
 
     slope = np.tan(np.radians(2.0))
     labels = ["Email:", "Relationship:", "Amount:", "City:", "State:", "Phone:"]

@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ocr-min-conf", type=float, default=None, metavar="CONF",
                    help="with --scan: keep only the words tesseract reads with a confidence over CONF (0..100), "
                         "those with digits too (default: TesseractOCR's, every word)")
+    p.add_argument("--ocr-sharpen", action="store_true",
+                   help="with --scan: sharpen each scanned page before tesseract reads it (TesseractOCR(sharpen=True): "
+                        "blurred scans of small type read better, crisp forms worse)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -131,6 +134,7 @@ def _pages(args, image_size: int, ocr_cache: str | None = None):
     if not args.scan:
         return pages
     options = {} if args.ocr_min_conf is None else {"min_conf": args.ocr_min_conf, "min_conf_digits": args.ocr_min_conf}
+    options.update({"sharpen": True} if args.ocr_sharpen else {})
     return ScannedPages(pages, args.seed, ocr=TesseractOCR(cache=ocr_cache, **options))
 
 
@@ -200,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scan and (args.data == "coco" or args.task_path):
         p.error("--scan scans the held-out pages of --data synthetic / corpus on the Predictor's path: drop "
                 "--task-path (a COCO set's words come from --ocr)")
-    if (args.ocr_cache or args.ocr_min_conf is not None) and not args.scan:
-        p.error("--ocr-cache and --ocr-min-conf are for the OCR of scanned pages: add --scan, or drop them")
+    if (args.ocr_cache or args.ocr_min_conf is not None or args.ocr_sharpen) and not args.scan:
+        p.error("--ocr-cache, --ocr-min-conf and --ocr-sharpen are for the OCR of scanned pages: add --scan, or drop them")
     if not args.task_path and args.data != "coco" and (args.heuristics or args.eval_size):
         p.error("--heuristics and --eval-size score the training task's path: add --task-path")
     return report_errors("eval", lambda: run(args), also=(DetectorUnavailable,))

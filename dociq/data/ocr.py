@@ -184,6 +184,13 @@ WORD_BOXES = ("font", "ink", "line")
 SIDE_BEARING = 0.04
 # what `erase_rules` erases, in the cache's key (dociq.data.ruling_lines)
 ERASED = "rules and box sides"
+# `sharpen`: an unsharp mask (PIL's: radius px, percent, threshold) applied to the page before it is
+# enlarged and thresholded, so that a blurred scan's letters keep their strokes apart where Sauvola's
+# local threshold merges them into blots. On the own split's scans it raises every prompt kind
+# (layout / reading / box / click 57.7 / 64.4 / 91.3 / 62.0 -> 61.9 / 65.8 / 92.9 / 65.2), on scanned
+# forms it costs the field questions 89.5 -> 87.6, so it is not the default (docs/finetune.md,
+# "Blocks along a scan's skew, and a sharpened page for tesseract").
+UNSHARP = {"radius": 2, "percent": 150, "threshold": 2}
 # how `read_unread_ink` reads a piece of ink no word covers (`dociq.data.unread_ink`): as one text
 # line, thresholded with Otsu's global threshold — on a crop that is local already, and Sauvola's
 # window, larger than the crop, read a lone "7" as "-"
@@ -200,6 +207,7 @@ class TesseractOCR:
     ruled table reads as text and a boxed value without a "|" beside it. `read_unread_ink`: read
     again, each as one text line, the text-sized pieces of ink no word covers
     (`dociq.data.unread_ink`): tesseract drops a lone page number at the margin with the specks.
+    `sharpen`: apply the UNSHARP mask to the page first (blurred scans of small type).
 
     word_boxes: how tall a word's box is. "font" (default): the font's height on the word's text
     line, from its baseline down to the line's descenders and up by its row height (tesseract's hOCR
@@ -218,7 +226,7 @@ class TesseractOCR:
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
                  binarize: str = "sauvola", erase_rules: bool = True, side_bearing: float = SIDE_BEARING,
-                 read_unread_ink: bool = True):
+                 read_unread_ink: bool = True, sharpen: bool = False):
         import pytesseract
 
         if binarize not in BINARIZATIONS:
@@ -230,7 +238,7 @@ class TesseractOCR:
         self.lang, self.psm, self.binarize = lang, int(psm), binarize
         self.min_conf, self.min_conf_digits = float(min_conf), float(min_conf_digits)
         self.word_boxes, self.erase_rules, self.side_bearing = word_boxes, bool(erase_rules), float(side_bearing)
-        self.read_unread_ink = bool(read_unread_ink)
+        self.read_unread_ink, self.sharpen = bool(read_unread_ink), bool(sharpen)
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
         cmd = tesseract_cmd or pytesseract.pytesseract.tesseract_cmd
@@ -245,11 +253,13 @@ class TesseractOCR:
     def settings(self) -> dict:
         """What tesseract's reading depends on (the cache's key): min_conf is not among them, the
         cache keeps every word read, so another threshold reads the same cache. `erase_rules` names
-        what is erased, so that a page read before box sides were erased is read again."""
+        what is erased, so that a page read before box sides were erased is read again; a page read
+        without sharpening keeps the key it had before sharpening existed."""
         return {"lang": self.lang, "psm": self.psm, "min_long_side": self.min_long_side,
                 "word_boxes": self.word_boxes, "binarize": self.binarize,
                 "erase_rules": ERASED if self.erase_rules else False,
-                "unread_ink": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}" if self.read_unread_ink else False}
+                "unread_ink": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}" if self.read_unread_ink else False,
+                **({"sharpen": UNSHARP} if self.sharpen else {})}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
         if self.cache is None:
@@ -262,10 +272,12 @@ class TesseractOCR:
 
     def _run(self, image: np.ndarray) -> OcrWords:
         import pytesseract as pt
-        from PIL import Image
+        from PIL import Image, ImageFilter
 
         pt.pytesseract.tesseract_cmd = self.tesseract_cmd
         page = Image.fromarray(image)
+        if self.sharpen:
+            page = page.filter(ImageFilter.UnsharpMask(**UNSHARP))
         scale = 1.0
         if self.min_long_side is not None and max(page.size) < self.min_long_side:
             scale = self.min_long_side / max(page.size)

@@ -25,7 +25,7 @@ import numpy as np
 
 from dociq.data.schema import REGION_CLASSES
 from dociq.data.synthetic.questions import LAYOUT_PHRASES
-from dociq.data.text_blocks import leader_words
+from dociq.data.text_blocks import leader_words, level_boxes
 from dociq.models.word_snap import field_units, field_values, fill_unit, form_page
 
 # Regions whose extent is drawn, not set by their words: their answer stays the decoder's (a
@@ -67,10 +67,12 @@ def named_class(question: str, phrasings: dict[str, tuple[str, bool]] = QUESTION
     return phrasings.get(_normalise(question))
 
 
-def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: Sequence[str]) -> list[list[int]]:
+def text_units(blocks: Sequence[Sequence[int]], word_boxes: np.ndarray, words: Sequence[str],
+               slope: float = 0.0) -> list[list[int]]:
     """The page's text units: each block cut into its fields and cells (`field_units`); on a form
-    (`form_page`) every label is a unit of its own, apart from its value."""
-    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    (`form_page`) every label is a unit of its own, apart from its value. `slope`: the page's skew
+    (`text_blocks.skew_slope`), along which its lines are found (`level_boxes`)."""
+    boxes = level_boxes(word_boxes, slope)
     values, leaders = field_values(boxes, words), leader_words(words, len(boxes))
     form = True if form_page(boxes, words) else None
     return [unit for block in blocks for unit in field_units(block, boxes, words, values, leaders, form)]

@@ -20,15 +20,13 @@ from typing import Sequence
 import numpy as np
 
 from dociq.data.lexical import FUZZY_MIN_LENGTH, normalise, within_one_edit
+from dociq.data.text_blocks import skew_slope
 from dociq.models.word_snap import fill_unit, pixel_boxes, word_members
 
 # A gap wider than this x the word height ends a value (text_blocks' rule).
 GAP_FACTOR = 1.5
 # A label misread by OCR: at most one edit in five of its letters (at least one; labels of 3+ letters).
 MISREAD_RATE, MISREAD_MIN_LETTERS = 1 / 5, 3
-# A scan's skew, as the slope of its text lines: looked for up to 3 degrees, ignored under 0.15.
-MAX_SKEW, MIN_SKEW = 0.052, 0.0026
-SKEW_CHUNK = 256                  # words paired with every other word at a time
 # The line under a label holds its value rather than the words right of it when it is much nearer:
 # (at most this many label heights below, the right words at least this many away), either pair.
 # On printed training forms this takes the stacked templates' values from under their labels and
@@ -163,31 +161,6 @@ class PageWords:
         overlap = np.minimum(self.bottoms, y1) - np.maximum(self.tops, y0)
         shorter = np.maximum(np.minimum(self.heights, y1 - y0), 1.0)
         return overlap / shorter >= 0.5
-
-
-def skew_slope(boxes: np.ndarray) -> float:
-    """The slope (dy / dx) of a page's text lines, 0 for a level page: the most common slope between
-    words of one line — pairs at least two word heights apart whose centres rise by at most
-    MAX_SKEW of their distance; slopes under MIN_SKEW count as level."""
-    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    centres = (boxes[:, :2] + boxes[:, 2:]) / 2
-    heights = boxes[:, 3] - boxes[:, 1]
-    slopes, weights = [], []
-    for start in range(0, len(boxes), SKEW_CHUNK):     # pairs a chunk of words at a time: bounded memory
-        rows = slice(start, start + SKEW_CHUNK)
-        dx = centres[None, :, 0] - centres[rows, None, 0]
-        dy = centres[None, :, 1] - centres[rows, None, 1]
-        near = np.minimum(heights[rows, None], heights[None, :])
-        pairs = (dx >= 2 * near) & (np.abs(dy) <= MAX_SKEW * dx + 0.25 * near)
-        slopes.append(dy[pairs] / dx[pairs])
-        weights.append(dx[pairs])
-    slopes, weights = np.concatenate(slopes), np.concatenate(weights)
-    if len(slopes) < 5:
-        return 0.0
-    counts, edges = np.histogram(slopes, bins=40, range=(-MAX_SKEW - 0.01, MAX_SKEW + 0.01), weights=weights)
-    peak = (edges[counts.argmax()] + edges[counts.argmax() + 1]) / 2
-    slope = float(np.median(slopes[np.abs(slopes - peak) <= 0.004]))
-    return slope if abs(slope) >= MIN_SKEW else 0.0
 
 
 def edit_distance(a: str, b: str) -> int:

@@ -8,11 +8,11 @@ from typing import Callable
 import numpy as np
 
 from dociq.data.ocr import read_surely
-from dociq.data.text_blocks import page_blocks, page_ink
+from dociq.data.text_blocks import page_blocks, page_ink, skew_slope
 from dociq.inference.class_answers import class_answer, named_class, text_units
 from dociq.inference.figure_answers import (SIGNATURE_CLASS, figure_answer, page_pictures, picture_question,
                                             signature_boxes)
-from dociq.inference.form_links import PageWords, link_answer, link_label, skew_slope
+from dociq.inference.form_links import PageWords, link_answer, link_label
 from dociq.inference.prompts import Prompts
 from dociq.inference.unit_classifier import UnitClassifier
 from dociq.models.word_snap import drawing_boxes, keep_quoted, picture_boxes, snap_to_blocks, snap_to_words
@@ -109,7 +109,7 @@ def _then_linked(mask: np.ndarray, snap, label: str, form_words: PageWords) -> n
 
 
 def page_slope(page, word_boxes: np.ndarray) -> float:
-    """How the page's text lines rise (`form_links.skew_slope`: 0 on a level page), found once per page."""
+    """How the page's text lines rise (`text_blocks.skew_slope`: 0 on a level page), found once per page."""
     if page.slope is None:
         page.slope = skew_slope(word_boxes) if len(word_boxes) else 0.0
     return page.slope
@@ -146,7 +146,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     geometric rule finds (`form_links.link_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
-        page.text_blocks = page_blocks(page.image, word_boxes, words)   # once per page, for all of its prompts
+        page.text_blocks = page_blocks(page.image, word_boxes, words, page_slope(page, word_boxes))  # once per page
     if mode == "blocks" and words is not None and unit_classifier is not None and masks.ndim == 3 \
             and prompts.boxes is None and prompts.points is None and prompts.masks is None:
         return _answer_classes(masks, prompts, page, word_boxes, unit_classifier,
@@ -194,7 +194,7 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
     if not any(named) and not any(pictures):
         return snap(masks, prompts)
     if any(named) and page.unit_probs is None:                                   # once per page
-        page.text_units = text_units(page.text_blocks, word_boxes, page.words)
+        page.text_units = text_units(page.text_blocks, word_boxes, page.words, page_slope(page, word_boxes))
         page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
         sure = page_sure(page)
         if sure is not None and len(page.text_units):

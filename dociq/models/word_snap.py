@@ -20,7 +20,7 @@ from scipy import ndimage
 
 from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix
 from dociq.data.masks import mask_box
-from dociq.data.text_blocks import group_blocks, group_lines, leader_words, numbering_words
+from dociq.data.text_blocks import group_blocks, group_lines, leader_words, level_boxes, numbering_words
 
 # A word belongs to a mask part when at least this share of its box is inside the mask ...
 WORD_INSIDE = 0.5
@@ -210,7 +210,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     in the mask, or when a positive click lands inside it (a click on a paragraph means the
     paragraph, not the line under the cursor); a block holding a negative click is never
     completed. `blocks` (word indices per block) saves regrouping the page's words for each of
-    many masks. `slope`: how the page's text lines rise (dy / dx, `form_links.skew_slope`; a skewed
+    many masks. `slope`: how the page's text lines rise (dy / dx, `text_blocks.skew_slope`; a skewed
     scan's units are drawn along it, `fill_unit`). The input is not modified."""
     mask = np.asarray(mask, dtype=bool)
     if ink is not None and mask.any():
@@ -225,10 +225,12 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
     positive = np.ones(len(clicks), bool) if click_labels is None else np.asarray(click_labels).reshape(-1) == 1
     on_text = np.zeros(len(clicks), bool)                  # clicks inside some text unit
     if len(boxes):
+        # Grouped on the exact boxes (rounding a 3-px line to whole pixels changes which lines
+        # join), levelled along a skewed scan's lines; drawn from the exact boxes along the slope.
+        level = level_boxes(exact, slope)
         if blocks is None:
-            # Grouped on the exact boxes: rounding a 3-px line to whole pixels changes which lines join.
-            blocks = group_blocks(exact, words)
-        values = field_values(exact, words)
+            blocks = group_blocks(level, words)
+        values = field_values(level, words)
         leaders = leader_words(words, len(exact))
         framed = _inside_box(boxes, box)
         if framed.any():
@@ -236,13 +238,13 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             # painted them or not, each line of them one piece from its first word to its last (a
             # contents entry's number, title, leaders and page number; a heading's pieces)
             members = members | framed
-            for line in group_lines(exact[framed], gap_factor=np.inf):
+            for line in group_lines(level[framed], gap_factor=np.inf):
                 ids = np.flatnonzero(framed)[line]
                 x0, y0 = boxes[ids, :2].min(0)
                 x1, y1 = boxes[ids, 2:].max(0)
                 if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
                     fill_unit(out, exact[ids], slope)
-        for ids in (unit for block in blocks for unit in field_units(block, exact, words, values, leaders)):
+        for ids in (unit for block in blocks for unit in field_units(block, level, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
             inside = _clicks_in(clicks, x0, y0, x1, y1)

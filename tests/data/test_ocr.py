@@ -505,3 +505,12 @@ def test_the_word_box_bench_pairs_each_read_word_with_its_text_layer_box():
     np.testing.assert_array_equal(read, [[10, 0, 40, 10], [50, 0, 60, 10]])
     np.testing.assert_array_equal(truth, [[9, 0, 41, 11], [49, 0, 61, 10]])    # the "42" it overlaps; "7" none
     np.testing.assert_allclose(bench.box_iou(read, truth), [300 / 352, 100 / 120])
+
+
+@needs_tesseract
+def test_sharpening_is_in_the_cache_key_and_a_page_read_without_it_keeps_its_key():
+    from dociq.data.ocr import UNSHARP
+
+    plain, sharp = TesseractOCR(), TesseractOCR(sharpen=True)
+    assert "sharpen" not in plain.settings() and sharp.settings()["sharpen"] == UNSHARP
+    assert OcrCache.key("abc", "tesseract", plain.settings()) != OcrCache.key("abc", "tesseract", sharp.settings())

@@ -1,0 +1,107 @@
+"""What completing masks to text blocks does to a perfect mask: the ceiling the answers' extent sets.
+
+Each held-out question's target is snapped as `Predictor()` snaps a mask (`snap_to_blocks` with the
+page's `page_blocks`, ink and skew) and scored against itself; the page's text units
+(`class_answers.text_units`) are scored too — the best single unit, and the union of the units
+lying at least half inside the target. On a clean page the words come from the text layer; with
+`--scan` from tesseract's reading of the page degraded as `dociq eval --scan` degrades it, so the
+gap between the two is what the scan's words cost the answers' extent, whatever the model does.
+No model is run.
+
+    python scripts/snap_ceiling.py --corpus data/corpus --split val --scan --ocr-cache outputs/ocr_cache/corpus_val
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from dociq.data.collate import choose_questions
+from dociq.data.schema import Page
+from dociq.data.scoring import VAL_SEED
+from dociq.data.text_blocks import page_blocks, page_ink, skew_slope
+from dociq.evaluation.answers import page_seed
+from dociq.inference.class_answers import text_units
+from dociq.models.word_snap import fill_unit, snap_to_blocks
+
+QUESTIONS_PER_PAGE = 8          # as the evaluation asks (dociq.evaluation.answers)
+MEASURES = ("snapped target", "units inside", "best unit")
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = (a | b).sum()
+    return float((a & b).sum() / union) if union else 1.0
+
+
+def page_ceilings(page: Page, seed: int = VAL_SEED) -> list[dict]:
+    """One record per question the evaluation asks of `page`: its kind and the IoU of its target
+    snapped to the page's blocks, of the units at least half inside it, and of the best unit."""
+    generator = torch.Generator().manual_seed(page_seed(page, seed))
+    questions = [page.questions[k] for k in choose_questions(page, QUESTIONS_PER_PAGE, generator)]
+    boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
+    if not questions or not len(boxes):
+        return []
+    words = list(page.words)
+    slope = skew_slope(boxes)
+    blocks = page_blocks(page.image, boxes, words, slope)
+    ink = page_ink(page.image)
+    painted = []
+    for unit in text_units(blocks, boxes, words, slope):
+        mask = np.zeros(page.size, bool)
+        fill_unit(mask, boxes[unit], slope)
+        painted.append(mask)
+    out = []
+    for q in questions:
+        target = np.asarray(q.mask, bool)
+        snapped = snap_to_blocks(target, boxes, words, blocks=blocks, ink=ink, slope=slope)
+        inside = [m for m in painted if m.any() and (m & target).sum() >= 0.5 * m.sum()]
+        union = np.any(inside, 0) if inside else np.zeros_like(target)
+        out.append({"kind": q.kind, "snapped target": _iou(snapped, target), "units inside": _iou(union, target),
+                    "best unit": max([_iou(m, target) for m in painted] or [0.0])})
+    return out
+
+
+def table(views: dict[str, Iterable[dict]]) -> str:
+    """A markdown table: per view and question kind, the mean of each measure ×100 (and the count)."""
+    lines = ["| pages | questions | " + " | ".join(MEASURES) + " |", "|---|---|" + "---|" * len(MEASURES)]
+    for view, records in views.items():
+        by_kind = defaultdict(list)
+        for r in records:
+            by_kind[r["kind"]].append(r)
+        for kind in sorted(by_kind):
+            rows = by_kind[kind]
+            cells = " | ".join(f"{100 * np.mean([r[m] for r in rows]):.1f}" for m in MEASURES)
+            lines.append(f"| {view} | {kind} ({len(rows)}) | {cells} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default="data/corpus")
+    p.add_argument("--split", default="val")
+    p.add_argument("--pages", type=int, default=None, help="the first N pages (default all)")
+    p.add_argument("--scan", action="store_true", help="also score the pages scanned and read by tesseract")
+    p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
+    p.add_argument("--ocr-cache", default=None, help="tesseract's cache folder (as dociq eval --ocr-cache)")
+    args = p.parse_args(argv)
+
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+    pages = CorpusDocuments(root=args.corpus, split=args.split)
+    views = {"clean": pages}
+    if args.scan:
+        from dociq.data.ocr import TesseractOCR
+        from dociq.data.scanned import ScannedPages
+
+        views["scanned"] = ScannedPages(pages, args.scan_seed, ocr=TesseractOCR(cache=args.ocr_cache))
+    count = len(pages) if args.pages is None else min(args.pages, len(pages))
+    records = {view: [r for i in range(count) if data[i] is not None for r in page_ceilings(data[i])]
+               for view, data in views.items()}
+    print(table(records))
+
+
+if __name__ == "__main__":
+    main()
