@@ -45,6 +45,7 @@ def skew_slope(boxes: np.ndarray) -> float:
     slope = float(np.median(slopes[np.abs(slopes - peak) <= 0.004]))
     return slope if abs(slope) >= MIN_SKEW else 0.0
 
+
 def level_boxes(word_boxes: np.ndarray, slope: float) -> np.ndarray:
     """float64 [N, 4]: the boxes moved as the page would put them with its text lines level — each
     box raised by `slope` (dy / dx, `skew_slope`) times its centre's x. Two degrees across a 600-px
