@@ -9,10 +9,13 @@ gap between the two is what the scan's words cost the answers' extent, whatever 
 No model is run.
 
     python scripts/snap_ceiling.py --corpus data/corpus --split val --scan --ocr-cache outputs/ocr_cache/corpus_val
+
+--by-rotation splits the scanned pages by how far the scan turned them (level, under 1°, 1° or more).
 """
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 from typing import Iterable
 
@@ -29,6 +32,17 @@ from dociq.models.word_snap import fill_unit, snap_to_blocks
 
 QUESTIONS_PER_PAGE = 8          # as the evaluation asks (dociq.evaluation.answers)
 MEASURES = ("snapped target", "units inside", "best unit")
+
+
+def rotation(page: Page) -> float:
+    """How many degrees the scan turned the page (`degrade.rotate_page` notes it in the page's meta), 0 if not."""
+    turns = [re.fullmatch(r"rotate\((-?[0-9.]+)\)", str(step)) for step in page.meta.get("degradations", [])]
+    return sum(abs(float(m.group(1))) for m in turns if m)
+
+
+def rotation_group(degrees: float) -> str:
+    """The --by-rotation group of a scan turned `degrees`."""
+    return "level" if degrees == 0 else "under 1°" if degrees < 1 else "1° or more"
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -59,7 +73,7 @@ def page_ceilings(page: Page, seed: int = VAL_SEED) -> list[dict]:
         snapped = snap_to_blocks(target, boxes, words, blocks=blocks, ink=ink, slope=slope)
         inside = [m for m in painted if m.any() and (m & target).sum() >= 0.5 * m.sum()]
         union = np.any(inside, 0) if inside else np.zeros_like(target)
-        out.append({"kind": q.kind, "snapped target": _iou(snapped, target), "units inside": _iou(union, target),
+        out.append({"kind": q.kind, "rotation": rotation(page), "snapped target": _iou(snapped, target), "units inside": _iou(union, target),
                     "best unit": max([_iou(m, target) for m in painted] or [0.0])})
     return out
 
@@ -86,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scan", action="store_true", help="also score the pages scanned and read by tesseract")
     p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
     p.add_argument("--ocr-cache", default=None, help="tesseract's cache folder (as dociq eval --ocr-cache)")
+    p.add_argument("--by-rotation", action="store_true", help="with --scan: the scanned pages by how far they turned")
     args = p.parse_args(argv)
 
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
@@ -100,6 +115,10 @@ def main(argv: list[str] | None = None) -> None:
     count = len(pages) if args.pages is None else min(args.pages, len(pages))
     records = {view: [r for i in range(count) if data[i] is not None for r in page_ceilings(data[i])]
                for view, data in views.items()}
+    if args.by_rotation and "scanned" in records:
+        scanned = records.pop("scanned")
+        for group in ("level", "under 1°", "1° or more"):
+            records[f"scanned, {group}"] = [r for r in scanned if rotation_group(r["rotation"]) == group]
     print(table(records))
 
 

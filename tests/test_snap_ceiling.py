@@ -46,3 +46,12 @@ def test_the_table_gives_each_view_and_kind_its_means():
                       {"kind": "reading", "snapped target": 0.5, "units inside": 0.5, "best unit": 0.25}]}
     lines = _script().table(rows).splitlines()
     assert lines[2] == "| clean | reading (2) | 75.0 | 50.0 | 37.5 |"
+
+
+def test_a_scans_rotation_is_read_from_its_degradations():
+    script = _script()
+    page = _page(0.0)
+    assert script.rotation(page) == 0.0
+    page.meta["degradations"] = ["rotate(-1.37)", "blur(0.50)"]
+    assert script.rotation(page) == pytest.approx(1.37)
+    assert [script.rotation_group(d) for d in (0.0, 0.4, 1.37)] == ["level", "under 1°", "1° or more"]
