@@ -8,7 +8,8 @@ Each page's text-layer words are the truth; a setting's recall is the share of t
 case-folded, counted with repeats) among the words `TesseractOCR(binarize=..., erase_rules=...,
 min_conf=...)` reads from the page's image — degraded first with `--scan`, as `dociq eval --scan`
 degrades it (same seed, same scan) — and its precision the share of the words read that are true.
-Pages are spread evenly over the split. Prints one row per setting: mean recall and precision,
+Each page is read as given (`sharpen=False`; scripts/sharpen_readings.py compares it with the
+sharpened reading). Pages are spread evenly over the split. Prints one row per setting: mean recall and precision,
 pages read at under 20 %, and seconds per page (every setting reads the same pages in one process;
 the thresholds filter one reading).
 """
@@ -21,21 +22,9 @@ from collections import Counter
 import numpy as np
 
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
-from dociq.data.lexical import normalise
+from dociq.data.lexical import word_precision, word_recall
 from dociq.data.ocr import BINARIZATIONS, EVERY_WORD, TesseractOCR
 from dociq.data.scanned import degraded
-
-
-def word_recall(truth: list[str], read: list[str]) -> float:
-    """Share of the true words (with repeats) among the words read."""
-    want = Counter(normalise(w).casefold() for w in truth)
-    got = Counter(normalise(w).casefold() for w in read)
-    return sum((want & got).values()) / max(sum(want.values()), 1)
-
-
-def word_precision(truth: list[str], read: list[str]) -> float:
-    """Share of the words read (with repeats) that are true words; 1 when none is read."""
-    return word_recall(read, truth) if read else 1.0
 
 
 def main() -> None:
@@ -54,7 +43,8 @@ def main() -> None:
     args = p.parse_args()
     pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split)
     picked = np.unique(np.linspace(0, len(pages) - 1, min(args.pages, len(pages))).round().astype(int))
-    readers = {f"{name}{' + rules erased' if erase else ''}": TesseractOCR(binarize=name, erase_rules=erase, min_conf=-1)
+    readers = {f"{name}{' + rules erased' if erase else ''}": TesseractOCR(binarize=name, erase_rules=erase, min_conf=-1,
+                                                                           sharpen=False)
                for name in args.binarize for erase in (False, True)}
     rows = [(name, t) for name in readers for t in args.min_conf]
     recall, precision, seconds = {r: [] for r in rows}, {r: [] for r in rows}, Counter()

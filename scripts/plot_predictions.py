@@ -6,6 +6,7 @@
     python scripts/plot_predictions.py CKPT --boxes                         # one box per region (its tight box)
     python scripts/plot_predictions.py CKPT --corpus data/corpus --pages 4  # held-out real pages (val split)
     python scripts/plot_predictions.py CKPT --corpus data/corpus_unseen --split all --packages P  # unseen packages
+    python scripts/plot_predictions.py CKPT --corpus data/corpus --scan outputs/ocr_cache/corpus_val  # scanned
     python scripts/plot_predictions.py CKPT --corpus data/corpus --segment-page --seeds ocr_blocks class_boxes
 
 Without --out the figure goes next to the checkpoint's run (<run>/predictions.png for
@@ -32,7 +33,9 @@ VAL_SEED = 1000003   # configs/data/synthetic.yaml: val_set.seed
 
 def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | dict | None):
     """`pages` held-out pages: synthetic ones of `seed`, or a corpus's pages spread over it (`corpus`:
-    its folder, whose val split is read, or CorpusDocuments' arguments: root, split, packages)."""
+    its folder, whose val split is read, or CorpusDocuments' arguments: root, split, packages, and
+    `scan`: an OCR cache folder to scan the pages and read them with tesseract, as `dociq eval --scan
+    --ocr-cache` does with the same seed)."""
     if corpus is None:
         from dociq.data.synthetic.generator import SyntheticDocuments
 
@@ -40,7 +43,13 @@ def held_out_pages(pages: int, seed: int, image_size: int, corpus: str | dict | 
         return [docs[i] for i in range(pages)]
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
 
-    docs = CorpusDocuments(**(corpus if isinstance(corpus, dict) else {"root": corpus, "split": "val"}))
+    corpus = dict(corpus) if isinstance(corpus, dict) else {"root": corpus, "split": "val"}
+    scan = corpus.pop("scan", None)
+    docs = CorpusDocuments(**corpus)
+    if scan is not None:
+        from dociq.data.scanned import ScannedPages
+
+        docs = ScannedPages(docs, seed, cache_dir=scan)
     picks = random.Random(seed).sample(range(len(docs)), k=min(pages, len(docs)))
     return [docs[i] for i in picks]
 
@@ -200,9 +209,15 @@ def main(argv: list[str] | None = None) -> None:
                    help="the corpus's split (val: documents no training page comes from; all: every page, e.g. of "
                         "packages no training page comes from)")
     p.add_argument("--packages", nargs="+", default=None, help="only the corpus pages of these source packages")
+    p.add_argument("--scan", default=None, metavar="OCR_CACHE",
+                   help="with --corpus: draw the pages scanned and read by tesseract, as `dociq eval --scan "
+                        "--ocr-cache OCR_CACHE` reads them (same seed, same scans)")
     args = p.parse_args(argv)
+    if args.scan is not None and args.corpus is None:
+        p.error("--scan degrades corpus pages: add --corpus, or drop --scan")
     corpus = None if args.corpus is None else {"root": args.corpus, "packages": args.packages,
-                                               "split": None if args.split == "all" else args.split}
+                                               "split": None if args.split == "all" else args.split,
+                                               **({"scan": args.scan} if args.scan else {})}
     args.out = args.out or default_out(args.checkpoint)
     from dociq.inference.predictor import Predictor
 
@@ -216,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
         predictor.snap = None if args.snap == "none" else args.snap
     gather = collect_clicks if args.clicks else collect_boxes if args.boxes else collect
     rows = gather(predictor, args.pages, args.questions, args.seed, predictor.image_size, corpus)
-    plot(rows, args.out, source="held-out real pages, weak labels" if args.corpus else "held-out synthetic pages")
+    source = ("held-out synthetic pages" if args.corpus is None else "held-out real pages, weak labels"
+              if args.scan is None else "held-out real pages scanned, tesseract's words")
+    plot(rows, args.out, source=source)
     print(f"wrote {args.out}: " + ", ".join(f"{r['question'].kind} IoU {r['iou']:.2f}" for r in rows))
 
 

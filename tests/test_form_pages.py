@@ -117,3 +117,24 @@ def test_the_ocr_bench_reads_the_forms_words_back(built):
     assert set(rows) == {"otsu", "otsu + rules erased", "sauvola", "sauvola + rules erased"}, run.stdout
     _, recall, precision, under_20, _ = rows["sauvola + rules erased"]
     assert float(recall) >= 0.8 and float(precision) >= 0.8 and under_20 == "0", run.stdout  # the printed words read back
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="no tesseract (apt-get install tesseract-ocr)")
+def test_the_sharpening_study_reads_each_scan_both_ways(built, tmp_path):
+    import subprocess
+
+    out, _ = built
+    rows_file = tmp_path / "rows.json"
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "sharpen_readings.py"), "--corpus", str(out),
+                          "--split", "all", "--cache", str(tmp_path / "ocr"), "--workers", "1", "--out", str(rows_file)],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(rows_file.read_text())
+    assert len(rows) == 2 and all(0 <= r[way]["recall"] <= 1 for r in rows for way in ("plain", "sharpened"))
+    assert len(list((tmp_path / "ocr").rglob("*.json"))) == 4            # two readings of each scan, cached
+    recall = {cells[0]: float(cells[2]) for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                                      for line in run.stdout.splitlines() if line.startswith("| ")
+                                                      and not line.startswith("| keep"))}
+    ceiling = recall.pop("the better reading (a ceiling: reads the text layer)")
+    assert len(recall) == 6 and max(recall.values()) <= ceiling, run.stdout
+    assert recall['more sure words (the default, `sharpen="surer"`)'] >= 0.8, run.stdout   # the printed words read back

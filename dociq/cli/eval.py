@@ -34,6 +34,8 @@ from dociq.cli.segment_page import add_region_options, region_options
 from dociq.inference.predictor import load_predictor
 
 BASELINES = ("detector",)
+# --ocr-sharpen: TesseractOCR's `sharpen` for each choice
+SHARPENING = {"never": False, "always": True, "surer": "surer"}
 # The side of the synthetic pages a baseline (which has no input size) is scored on: the recipe's.
 SYNTHETIC_BASELINE_SIZE = 256
 
@@ -112,9 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ocr-min-conf", type=float, default=None, metavar="CONF",
                    help="with --scan: keep only the words tesseract reads with a confidence over CONF (0..100), "
                         "those with digits too (default: TesseractOCR's, every word)")
-    p.add_argument("--ocr-sharpen", action="store_true",
-                   help="with --scan: sharpen each scanned page before tesseract reads it (TesseractOCR(sharpen=True): "
-                        "blurred scans of small type read better, crisp forms worse)")
+    p.add_argument("--ocr-sharpen", choices=sorted(SHARPENING), default=None,
+                   help="with --scan: read each scanned page as given (never), sharpened (always), or both ways "
+                        "keeping the reading with more sure words (surer, TesseractOCR's default)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here")
     return p
@@ -134,7 +136,8 @@ def _pages(args, image_size: int, ocr_cache: str | None = None):
     if not args.scan:
         return pages
     options = {} if args.ocr_min_conf is None else {"min_conf": args.ocr_min_conf, "min_conf_digits": args.ocr_min_conf}
-    options.update({"sharpen": True} if args.ocr_sharpen else {})
+    if args.ocr_sharpen is not None:
+        options["sharpen"] = SHARPENING[args.ocr_sharpen]
     return ScannedPages(pages, args.seed, ocr=TesseractOCR(cache=ocr_cache, **options))
 
 

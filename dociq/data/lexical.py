@@ -15,6 +15,7 @@ Function words ("the", "of", "which", ...) are not matched: they occur on every 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 from typing import Callable, Sequence
 
@@ -153,3 +154,15 @@ def clip_word_positions(question: str, word_indices: Sequence[int], context_leng
         pos += bpe_length(raw)
     last = context_length - 2            # the final slot holds the end-of-text token
     return [starts[i] if starts[i] <= last else -1 for i in word_indices]
+
+
+def word_recall(truth: list[str], read: list[str]) -> float:
+    """Share of the true words (with repeats) among the words read."""
+    want = Counter(normalise(w).casefold() for w in truth)
+    got = Counter(normalise(w).casefold() for w in read)
+    return sum((want & got).values()) / max(sum(want.values()), 1)
+
+
+def word_precision(truth: list[str], read: list[str]) -> float:
+    """Share of the words read (with repeats) that are true words; 1 when none is read."""
+    return word_recall(read, truth) if read else 1.0

@@ -511,6 +511,31 @@ def test_the_word_box_bench_pairs_each_read_word_with_its_text_layer_box():
 def test_sharpening_is_in_the_cache_key_and_a_page_read_without_it_keeps_its_key():
     from dociq.data.ocr import UNSHARP
 
-    plain, sharp = TesseractOCR(), TesseractOCR(sharpen=True)
+    plain, sharp = TesseractOCR(sharpen=False), TesseractOCR(sharpen=True)
     assert "sharpen" not in plain.settings() and sharp.settings()["sharpen"] == UNSHARP
     assert OcrCache.key("abc", "tesseract", plain.settings()) != OcrCache.key("abc", "tesseract", sharp.settings())
+    # the default reads both ways, under the two keys above
+    surer = TesseractOCR()
+    assert surer.sharpen == "surer"
+    assert surer.settings(False) == plain.settings() and surer.settings(True) == sharp.settings()
+    with pytest.raises(ValueError, match="surer"):
+        TesseractOCR(sharpen="blurred")
+
+
+@needs_tesseract
+@pytest.mark.parametrize("sure_when_sharpened, kept", [([90, 90, 60], "sharpened"), ([90, 30, 20], "plain"),
+                                                      ([90, 90, 20], "plain")])      # a tie keeps the plain reading
+def test_the_default_keeps_the_reading_with_more_sure_words_and_caches_both(tmp_path, monkeypatch,
+                                                                           sure_when_sharpened, kept):
+    def read(self, image, sharpened):
+        words, confidences = ([f"sharpened{k}" for k in range(3)], sure_when_sharpened) if sharpened else \
+            ([f"plain{k}" for k in range(3)], [95, 60, 10])            # plain: two sure words
+        return OcrWords(words, np.zeros((3, 4)), image.shape[:2], np.array(confidences, np.float32))
+
+    monkeypatch.setattr(TesseractOCR, "_run", read)
+    image = np.full((40, 60, 3), 255, np.uint8)
+    got = TesseractOCR(cache=tmp_path, word_boxes="ink").recognise(image)
+    assert got.words == [f"{kept}{k}" for k in range(3)]
+    assert len(list(tmp_path.rglob("*.json"))) == 2
+    monkeypatch.setattr(TesseractOCR, "_run", lambda *a, **k: pytest.fail("tesseract ran on a cache hit"))
+    assert TesseractOCR(cache=tmp_path, word_boxes="ink", sharpen=True).recognise(image).words[0] == "sharpened0"
