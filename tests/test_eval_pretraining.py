@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from script_module import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 _PATHS = [str(REPO / "tests" / "data" / "corpus"), str(REPO / "scripts")]
 sys.path[:0] = _PATHS
@@ -225,11 +227,7 @@ def test_objective_curves_keep_the_last_run_of_a_folder_written_twice(tmp_path):
     """scripts/plot_objectives.py: one curve per run; where a second run appended to a run's
     metrics.csv (a machine left warm), only the rows after its own step-0 probe count."""
     import csv
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("plot_objectives", REPO / "scripts" / "plot_objectives.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("plot_objectives")
     fields = ["step", "val/probe_bacc", "train/unexplained", "val/unexplained"]
     runs = {"ijepa_s0": [(0, 0.30, "", ""), (9, "", 3.0, ""), (99, 0.20, 1.2, 1.4),      # an earlier run
                          (0, 0.25, "", ""), (49, "", 1.5, ""), (99, 0.27, 1.1, 1.3)],

@@ -1,6 +1,5 @@
 """scripts/make_form_pages.py: office forms printed by Chromium, stored as a corpus folder whose
 form regions hold exactly the words written into them and whose link questions point at the values."""
-import importlib.util
 import json
 import shutil
 import sys
@@ -8,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from script_module import load_script
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
                                 reason="no Chromium on PATH (apt-get install chromium) to print the forms with")
@@ -18,11 +19,7 @@ SEED = 5
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("make_form_pages", REPO / "scripts" / "make_form_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_form_pages"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_form_pages")
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,14 @@
 """scripts/sharpen_readings.py: each reading of a scan scored against the text layer, and the rules
 that choose between the two readings from what tesseract says of its words."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from dociq.data.ocr import OcrWords
-
-REPO = Path(__file__).resolve().parents[1]
+from script_module import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sharpen_readings", REPO / "scripts" / "sharpen_readings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sharpen_readings")
 
 
 def test_a_reading_is_scored_by_the_true_words_it_reads_and_counted_by_its_sure_ones():

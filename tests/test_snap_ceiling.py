@@ -1,21 +1,14 @@
 """scripts/snap_ceiling.py: a perfect mask snapped to a page's text blocks, level and skewed."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from dociq.data.schema import Page, Question
 from dociq.models.word_snap import fill_unit
-
-REPO = Path(__file__).resolve().parents[1]
+from script_module import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("snap_ceiling", REPO / "scripts" / "snap_ceiling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("snap_ceiling")
 
 
 def _page(degrees: float) -> Page:

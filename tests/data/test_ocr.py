@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dociq.data.errors import BadSampleError
 from dociq.data.ocr import SIDE_BEARING, OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
+from script_module import load_script
 
 PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
 LINES = [(20, 150, "Hello World"), (20, 80, "Invoice 2024")]  # (x, baseline y) in PDF points
@@ -492,12 +492,7 @@ def test_coco_with_a_custom_backend_rescales_its_boxes(tmp_path):
 
 
 def test_the_word_box_bench_pairs_each_read_word_with_its_text_layer_box():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "bench_word_boxes", Path(__file__).resolve().parents[2] / "scripts" / "bench_word_boxes.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_word_boxes")
     read, truth = bench.matched_boxes(["Total:", "42", "zzz", "7"],
                                       np.array([[10, 0, 40, 10], [50, 0, 60, 10], [0, 0, 5, 5], [0, 50, 5, 60]]),
                                       ["total:", "42", "42", "7"],

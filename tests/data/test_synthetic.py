@@ -10,6 +10,7 @@ import pytest
 from dociq.data.degrade import degrade_page, rotate_page
 from dociq.data.schema import QUESTION_KINDS, REGION_CLASSES, SYNTHETIC_CLASSES, Page
 from dociq.data.synthetic.generator import SyntheticDocuments, generate_page
+from script_module import load_script
 
 SIZE = 384
 
@@ -216,15 +217,10 @@ def test_pages_from_dataloader_workers_match_direct_reads():
 
 
 def test_make_synthetic_script_writes_pages_the_coco_reader_reads_back(tmp_path):
-    import importlib.util
-    from pathlib import Path
 
     from dociq.data.datasets.coco import CocoDocuments
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "make_synthetic.py"
-    spec = importlib.util.spec_from_file_location("make_synthetic", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("make_synthetic")
     path = module.main(["--out", str(tmp_path / "synth"), "--pages", "2", "--seed", "9", "--image-size", "192x160"])
     disk = CocoDocuments(path)
     made = SyntheticDocuments(2, (192, 160), seed=9)

@@ -1,24 +1,14 @@
 """scripts/bench_optim.py end to end on a toy model: the sweep picks a best lr per optimizer,
 the JSON rows carry the documented keys, the plots are written."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def _script(name: str):
-    """scripts/<name>.py as a module."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_module import load_script
 
 
 def test_bench_rows_keys_sweep_and_plots(tmp_path):
     out = tmp_path / "bench.json"
-    _script("bench_optim").main(["--steps", "4", "--d-model", "32", "--depth", "1", "--heads", "2", "--rank", "4",
+    load_script("bench_optim").main(["--steps", "4", "--d-model", "32", "--depth", "1", "--heads", "2", "--rank", "4",
                    "--seq-len", "16", "--batch-size", "2", "--eval-batches", "1", "--threads", "1",
                    "--refresh-every", "2", "--lrs", "1e-3,1e-2", "--seeds", "0,1",
                    "--optimizers", "adamw,sngd_random,sngd_random_nongd", "--json", str(out),
@@ -42,7 +32,7 @@ def test_bench_rows_keys_sweep_and_plots(tmp_path):
 
 def test_memory_bench_counts_adamws_two_moments_and_sngds_smaller_state(tmp_path):
     out = tmp_path / "memory.json"
-    rows = _script("bench_optim_memory").main(["--model", "dociq-tiny", "--world", "1", "--threads", "1", "--steps", "3",
+    rows = load_script("bench_optim_memory").main(["--model", "dociq-tiny", "--world", "1", "--threads", "1", "--steps", "3",
                                                "--optimizers", "adamw,sngd_coordinates", "--json", str(out)])
     by_name = {r["optimizer"]: r for r in rows}
     assert json.loads(out.read_text()) == rows
@@ -59,4 +49,4 @@ def test_memory_bench_on_a_gpu_measures_one_process():
     import pytest
 
     with pytest.raises(SystemExit):
-        _script("bench_optim_memory").main(["--device", "cuda", "--world", "1", "2"])
+        load_script("bench_optim_memory").main(["--device", "cuda", "--world", "1", "2"])
