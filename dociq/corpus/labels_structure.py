@@ -89,9 +89,12 @@ class _Labeller:
         self.em = ctx.body_size * content.scale  # body font size in pixels
 
     def add(self, label: str, word_ids, box: Box | None = None) -> int:
+        """The new region's index; -1, and no region, for one of no words and no box."""
         word_ids = sorted(set(word_ids))
         if box is None:
             box = union(self.c.words[i].box for i in word_ids)
+            if box is None:
+                return -1
         self.free -= set(word_ids)
         self.regions.append(LabelledRegion(label, box, word_ids, source="structure"))
         return len(self.regions) - 1

@@ -304,3 +304,17 @@ def test_a_nested_lists_items_are_items_of_their_own():
     assert sorted((r.label, " ".join(texts[j] for j in r.word_ids)) for r in regions) == [
         ("list_item", "1. Ensemble methods"), ("list_item", "1.1. Bagging"), ("list_item", "1.2. Boosting"),
         ("list_item", "2. Clustering")]
+
+
+def test_a_region_of_no_words_is_not_made_and_merging_passes_over_it():
+    from types import SimpleNamespace
+
+    from dociq.corpus.labels_structure import _Labeller
+
+    words = [SimpleNamespace(box=(10, 10, 50, 20)), SimpleNamespace(box=(30, 12, 90, 22))]
+    labeller = _Labeller(SimpleNamespace(words=words, scale=1.0), SimpleNamespace(body_size=10.0), 0, None)
+    assert labeller.add("code", []) == -1 and labeller.regions == []
+    labeller.add("code", [0])
+    labeller.add("code", [1])
+    labeller.merge_overlapping({"code"})
+    assert [(r.label, r.word_ids, r.box) for r in labeller.regions] == [("code", [0, 1], (10, 10, 90, 22))]
