@@ -82,7 +82,7 @@ corpus: $(STAMP) corpus-tools
 corpus-full: $(STAMP) corpus-tools
 	$(PY) -m dociq.cli corpus fetch $(DATA_DIR)/debian_full --recipe --packages $(WIDE_PACKAGES)
 	$(PY) -m dociq.cli corpus build $(DATA_DIR)/debian_full $(CORPUS_FULL) --max-docs-per-package 400 \
-		--max-pages-per-doc 10 --max-pages-per-package 1200 $(CORPUS_ARGS)
+		--max-pages-per-doc 10 --max-pages-per-package 1500 $(CORPUS_ARGS)
 
 # More genres beside the recipe's (data=corpus_wide_mixed): guides in English, French and German,
 # games, music scores, MetaPost figures, LaTeX's documented sources; none is a held-out genre below.
