@@ -125,3 +125,21 @@ def test_a_pretraining_checkpoint_is_one_line(finetune_checkpoint, tmp_path, cap
     assert main([str(path), "--pages", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "stage=finetune" in err
+
+
+def test_box_prompts_can_be_drawn_loose_by_a_margin_within_the_page(pages):
+    from dociq.evaluation.answers import loose_boxes, tight_boxes
+
+    tight, loose = BoxAnswerer(), BoxAnswerer()
+    evaluate_answers(tight, pages, max_questions=4, prompt_sets=("box_region",))
+    results = evaluate_answers(loose, pages, max_questions=4, prompt_sets=("box_region",), box_margin=3)
+    asked = [np.array(v) for k, v in tight.asked if k == "boxes"]
+    grown = [np.array(v) for k, v in loose.asked if k == "boxes"]
+    h, w = pages[0].image.shape[:2]
+    for a, b in zip(asked, grown):
+        assert np.array_equal(b, np.clip(a + [-3, -3, 3, 3], 0, [w, h, w, h]))
+    assert results["box_region"]["miou"] < 1.0                       # the box itself now holds paper too
+    mask = np.zeros((20, 30), bool)
+    mask[5:8, 10:20] = True
+    assert loose_boxes([mask], 0).tolist() == tight_boxes([mask]).tolist() == [[10, 5, 20, 8]]
+    assert loose_boxes([mask], 6).tolist() == [[4, 0, 26, 14]]

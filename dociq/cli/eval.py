@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--page-size)")
     p.add_argument("--batch-size", type=int, default=8, help="pages per batch (--task-path)")
     p.add_argument("--max-questions", type=int, default=8)
+    p.add_argument("--box-margin", type=float, default=0.0, metavar="PX",
+                   help="draw the box prompts (box, box_region) this many pixels of the page looser than "
+                        "their targets' tight boxes on every side, as a hand draws them (default 0: tight)")
     p.add_argument("--prompts", nargs="+", default=list(ANSWER_SETS), choices=list(ANSWER_SETS))
     corpus = p.add_argument_group("--data corpus")
     corpus.add_argument("--corpus", default="data/corpus", help="a `dociq corpus build` folder")
@@ -160,7 +163,8 @@ def run(args) -> int:
                     answerer.class_answers = False
                 pages = _pages(args, getattr(answerer, "image_size", SYNTHETIC_BASELINE_SIZE), ocr_cache)
                 results[label] = evaluate_answers(answerer, pages, args.pages, args.max_questions, args.seed,
-                                                  args.prompts, compare_snap=args.snap and is_predictor(answerer))
+                                                  args.prompts, compare_snap=args.snap and is_predictor(answerer),
+                                                  box_margin=args.box_margin)
         return _report(args, results)
     if args.task_path:
         # deferred: the training task's path needs the `train` extra (Lightning)

@@ -10,9 +10,11 @@ Predictor with its settings as the user has them, or a baseline that needs no mo
 and its page id), so each answerer is asked exactly the same prompts:
 
 - `question`: up to `max_questions` of the page's questions (text only), target its mask;
-- `box`: the tight box of each of those questions' targets;
+- `box`: the tight box of each of those questions' targets (with `box_margin` px more on every
+  side, clipped to the page: a box drawn loose, as a user's hand draws it);
 - `question_no_ocr`: the questions with the page's words withheld (how much comes from reading);
-- `box_region`: the box of one annotated region (`dociq.data.scoring.regions_as_prompts`), target that region;
+- `box_region`: the box of one annotated region (`dociq.data.scoring.regions_as_prompts`; as loose as
+  `box`), target that region;
 - `point_region`: one positive click inside each of those regions, target that region;
   `point_region_oracle` (a Predictor only) scores the best of its three candidates (SAM's oracle).
 
@@ -63,6 +65,15 @@ def tight_boxes(masks: Sequence[np.ndarray]) -> np.ndarray:
     if not len(masks):
         return np.zeros((0, 4), np.float32)
     return mask_boxes(np.stack([np.asarray(m) > 0.5 for m in masks]))
+
+
+def loose_boxes(masks: Sequence[np.ndarray], margin: float) -> np.ndarray:
+    """`tight_boxes` grown by `margin` px on every side, within the masks' page."""
+    boxes = tight_boxes(masks)
+    if not margin or not len(boxes):
+        return boxes
+    h, w = np.asarray(masks[0]).shape[-2:]
+    return np.clip(boxes + np.float32(margin) * np.array([-1, -1, 1, 1], np.float32), 0, [w, h, w, h]).astype(np.float32)
 
 
 def one_click_each(masks: Sequence[np.ndarray], generator: torch.Generator) -> np.ndarray:
@@ -120,7 +131,7 @@ def _oracle(answerer: Any, points: np.ndarray, targets: Sequence[np.ndarray]) ->
 @torch.no_grad()
 def evaluate_answers(answerer: Any, pages: Sequence[Page], max_pages: int | None = None,
                      max_questions: int = 8, seed: int = VAL_SEED, prompt_sets: Sequence[str] = ANSWER_SETS,
-                     compare_snap: bool = False) -> dict:
+                     compare_snap: bool = False, box_margin: float = 0.0) -> dict:
     """{prompt set: {miou, dice, miou_<kind>, ..., count_<kind>}} of `answerer` on the first
     `max_pages` of `pages` (None: all), and `question_layout_by_class`; see the module doc."""
     unknown = sorted(set(prompt_sets) - set(ANSWER_SETS))
@@ -144,11 +155,11 @@ def evaluate_answers(answerer: Any, pages: Sequence[Page], max_pages: int | None
         if questions:
             q_targets, q_kinds = [q.mask for q in questions], [q.kind for q in questions]
             asks += [("question", dict(question=[q.text for q in questions]), q_targets, q_kinds),
-                     ("box", dict(boxes=tight_boxes(q_targets)), q_targets, q_kinds)]
+                     ("box", dict(boxes=loose_boxes(q_targets, box_margin)), q_targets, q_kinds)]
         if regions:
             r_targets, r_kinds = [r.mask for r in regions], [r.kind for r in regions]
             clicks = one_click_each(r_targets, g)
-            asks += [("box_region", dict(boxes=tight_boxes(r_targets)), r_targets, r_kinds),
+            asks += [("box_region", dict(boxes=loose_boxes(r_targets, box_margin)), r_targets, r_kinds),
                      ("point_region", dict(points=clicks, point_labels=np.ones(clicks.shape[:2], np.int64)),
                       r_targets, r_kinds)]
         for name, prompt, targets, kinds in asks:

@@ -55,6 +55,12 @@ FORM_PAGE_LABELS, LABEL_LEAD, LABEL_SHARE = 4, 3, 0.08
 # A drawing is a picture (a click on it means it) when words cover less than this share of its box;
 # a frame or shading around text holds more (0.2 still took the Debian handbook's example boxes).
 PICTURE_TEXT = 0.05
+# Ink a box prompt frames, on its words' lines, is part of their region when no taller than this x
+# the words' median height: a leader dot, a page number or a glyph the OCR missed; not a figure.
+GLYPH_HEIGHT = 1.5
+# A box prompt's side within this x the framed words' median height of their region is the region's
+# edge (the box drawn tight around it); one farther off is a loose frame, and the words' edge stands.
+BOX_SIDE_REACH = 0.25
 # The gap (pixels) across which a drawing's pieces join, on a page without words to measure a line by.
 DRAWING_GAP = 8
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
@@ -235,15 +241,20 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         framed = _inside_box(boxes, box)
         if framed.any():
             # a box prompt asks for what it frames: its words are the answer's whether the decoder
-            # painted them or not, each line of them one piece from its first word to its last (a
-            # contents entry's number, title, leaders and page number; a heading's pieces)
+            # painted them or not, each block of them one region (a code listing's ragged lines
+            # one rectangle), as far as the text-sized ink it frames on their lines reaches (a
+            # contents entry's leaders and page number, a glyph the OCR did not read)
             members = members | framed
-            for line in group_lines(level[framed], gap_factor=np.inf):
-                ids = np.flatnonzero(framed)[line]
+            framed_ids = np.flatnonzero(framed)
+            glyphs = _framed_glyphs(ink, box, exact[framed_ids]) if ink is not None else np.zeros((0, 4))
+            for block in group_blocks(level[framed_ids], None if words is None else [words[k] for k in framed_ids]):
+                ids = framed_ids[block]
                 x0, y0 = boxes[ids, :2].min(0)
                 x1, y1 = boxes[ids, 2:].max(0)
                 if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
-                    fill_unit(out, exact[ids], slope)
+                    line = np.median(exact[ids, 3] - exact[ids, 1])
+                    fill_unit(out, _to_box_sides(np.r_[exact[ids], _on_lines(glyphs, level[ids], slope)], box,
+                                                 BOX_SIDE_REACH * line), slope)
         for ids in (unit for block in blocks for unit in field_units(block, level, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
@@ -397,6 +408,40 @@ def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.n
         if mask[y0:y1, x0:x1].any():
             out[y0:y1, x0:x1] = True
     return out
+
+
+def _framed_glyphs(ink: np.ndarray, box: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
+    """float [G, 4]: the boxes (page pixels) of the ink blobs inside a prompt's box that are no
+    taller than GLYPH_HEIGHT x the median of the framed words' heights — dots, digits, glyphs; not
+    a figure or a rule's length of ink."""
+    x0, y0, x1, y1 = pixel_boxes(np.asarray(box, dtype=np.float64), ink.shape)[0]
+    heights = word_boxes[:, 3] - word_boxes[:, 1]
+    labels, _ = ndimage.label(ink[y0:y1, x0:x1], structure=_EIGHT_NEIGHBOURS)
+    blobs = np.array([[c.start, r.start, c.stop, r.stop] for r, c in filter(None, ndimage.find_objects(labels))],
+                     np.float64).reshape(-1, 4)
+    small = (blobs[:, 3] - blobs[:, 1]) <= GLYPH_HEIGHT * np.median(heights)
+    return blobs[small] + [x0, y0, x0, y0]
+
+
+def _on_lines(glyphs: np.ndarray, level_words: np.ndarray, slope: float) -> np.ndarray:
+    """The glyph boxes whose centre, levelled along the page's lines, lies within the vertical span
+    of some of the (levelled) word boxes' lines."""
+    if not len(glyphs):
+        return glyphs
+    centre = (level_boxes(glyphs, slope)[:, 1:4:2].sum(1) / 2)[:, None]
+    on = ((centre >= level_words[:, 1]) & (centre < level_words[:, 3])).any(1)
+    return glyphs[on]
+
+
+def _to_box_sides(boxes: np.ndarray, box: np.ndarray, reach: float) -> np.ndarray:
+    """The boxes [n, 4] of one region's words and glyphs, those at its edges moved out to each side of
+    the prompt's box that lies within `reach` px of the region: a side drawn that close is where the
+    user puts the region's edge (a region is drawn around its font's height, not its ink); a side
+    drawn farther off is only a loose frame."""
+    bx0, by0, bx1, by1 = np.asarray(box, dtype=np.float64).reshape(4)
+    gaps = np.array([boxes[:, 0].min() - bx0, boxes[:, 1].min() - by0, bx1 - boxes[:, 2].max(), by1 - boxes[:, 3].max()])
+    grow = np.where((gaps > 0) & (gaps <= reach), gaps, 0.0)
+    return boxes + grow * [-1, -1, 1, 1]
 
 
 def _inside_box(boxes: np.ndarray, box: np.ndarray | None) -> np.ndarray:

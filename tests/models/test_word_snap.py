@@ -284,7 +284,7 @@ def _contents():
     return np.array(row(50) + row(66), float)
 
 
-def test_a_box_prompt_answers_every_word_it_frames_each_line_as_one_piece():
+def test_a_box_prompt_answers_every_word_it_frames_each_block_as_one_region():
     from dociq.models.word_snap import snap_to_blocks
 
     words = _contents()
@@ -299,6 +299,47 @@ def test_a_box_prompt_answers_every_word_it_frames_each_line_as_one_piece():
     vetoed = snap_to_blocks(title, words, clicks=np.array([[184.0, 55.0]]), click_labels=np.array([0]),
                             box=np.array([20, 50, 188, 60]))
     assert not vetoed[50:60, 180:188].any()
+
+
+def test_a_box_prompt_takes_a_listings_ragged_lines_whole_and_the_glyphs_the_ocr_missed():
+    from dociq.data.text_blocks import page_ink
+    from dociq.models.word_snap import snap_to_blocks
+
+    # a code listing of three ragged lines, 10 px tall, 4 px apart; the decoder paints its first line
+    listing = np.array([[20, 30, 150, 40], [30, 44, 90, 54], [30, 58, 120, 68]], float)
+    framed = snap_to_blocks(_box_mask(30, 40, 20, 150), listing, box=np.array([20, 30, 150, 68]))
+    assert np.array_equal(framed, _box_mask(30, 68, 20, 150))        # one rectangle, not three lines
+    # a contents entry whose leaders and page number the OCR did not read: their ink is the entry's,
+    # a figure framed beside it (taller than a line) is not, nor is a speck on the line below
+    page = np.full((200, 200, 3), 255, np.uint8)
+    entry = np.array([[20, 50, 28, 60], [40, 50, 120, 60]], float)
+    for x0, y0, x1, y1 in entry.astype(int):
+        page[y0:y1, x0:x1] = 0
+    for x in range(126, 170, 6):
+        page[57:60, x:x + 2] = 0                         # leader dots
+    page[50:60, 180:186] = 0                             # the page number
+    ink = page_ink(page)
+    out = snap_to_blocks(_box_mask(50, 60, 40, 120), entry, box=np.array([20, 50, 196, 60]), ink=ink)
+    assert np.array_equal(out, _box_mask(50, 60, 20, 186))
+    page[50:60, 180:186] = 255
+    page[30:100, 176:196] = 0                            # a figure right of the entry's line instead
+    page[75:78, 100:103] = 0                             # a speck under the line
+    ink = page_ink(page)
+    out = snap_to_blocks(_box_mask(50, 60, 40, 120), entry, box=np.array([20, 25, 198, 105]), ink=ink)
+    assert np.array_equal(out, _box_mask(50, 60, 20, 170))         # up to the last leader dot
+
+
+def test_a_box_drawn_tight_around_a_line_sets_its_edges_and_a_loose_one_does_not():
+    from dociq.models.word_snap import snap_to_blocks
+
+    words = np.array([[40, 52, 100, 64], [104, 52, 150, 64]], float)    # ink-tight boxes, 12 px tall
+    painted = _box_mask(52, 64, 40, 150)
+    tight = snap_to_blocks(painted, words, box=np.array([38, 50, 152, 66]))   # 2 px off: within a quarter line
+    assert np.array_equal(tight, _box_mask(50, 66, 38, 152))
+    for loose in ([36, 48, 154, 68], [20, 30, 180, 90]):                # 4 px off, and far off
+        assert np.array_equal(snap_to_blocks(painted, words, box=np.array(loose)), painted)
+    one_side = snap_to_blocks(painted, words, box=np.array([20, 50, 180, 90]))   # only the top drawn tight
+    assert np.array_equal(one_side, _box_mask(50, 64, 40, 150))
 
 
 def test_a_box_prompt_over_a_drawing_answers_the_drawing_not_the_decoders_blobs():
