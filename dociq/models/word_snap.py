@@ -60,7 +60,7 @@ PICTURE_TEXT = 0.05
 GLYPH_HEIGHT = 1.5
 # A box prompt's side within this x the framed words' median height of their region is the region's
 # edge (the box drawn tight around it); one farther off is a loose frame, and the words' edge stands.
-BOX_SIDE_REACH = 0.25
+BOX_SIDE_REACH = 0.15
 # The gap (pixels) across which a drawing's pieces join, on a page without words to measure a line by.
 DRAWING_GAP = 8
 _EIGHT_NEIGHBOURS = np.ones((3, 3), dtype=bool)
@@ -240,21 +240,26 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         leaders = leader_words(words, len(exact))
         framed = _inside_box(boxes, box)
         if framed.any():
-            # a box prompt asks for what it frames: its words are the answer's whether the decoder
-            # painted them or not, each block of them one region (a code listing's ragged lines
-            # one rectangle), as far as the text-sized ink it frames on their lines reaches (a
-            # contents entry's leaders and page number, a glyph the OCR did not read)
+            # a box prompt asks for one region, what it frames: its words are the answer's whether the
+            # decoder painted them or not, all of them one region (a code listing's ragged lines, a
+            # list's items: one rectangle) but a line holding a negative click, as far as the
+            # text-sized ink it frames on their lines reaches (a contents entry's leaders and page
+            # number, a glyph the OCR did not read)
             members = members | framed
             framed_ids = np.flatnonzero(framed)
-            glyphs = _framed_glyphs(ink, box, exact[framed_ids]) if ink is not None else np.zeros((0, 4))
-            for block in group_blocks(level[framed_ids], None if words is None else [words[k] for k in framed_ids]):
-                ids = framed_ids[block]
+            kept = []
+            for line in group_lines(level[framed_ids], gap_factor=np.inf):
+                ids = framed_ids[line]
                 x0, y0 = boxes[ids, :2].min(0)
                 x1, y1 = boxes[ids, 2:].max(0)
                 if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
-                    line = np.median(exact[ids, 3] - exact[ids, 1])
-                    fill_unit(out, _to_box_sides(np.r_[exact[ids], _on_lines(glyphs, level[ids], slope)], box,
-                                                 BOX_SIDE_REACH * line), slope)
+                    kept.extend(ids)
+            if kept:
+                ids = np.array(kept)
+                glyphs = _framed_glyphs(ink, box, exact[ids]) if ink is not None else np.zeros((0, 4))
+                line_height = np.median(exact[ids, 3] - exact[ids, 1])
+                fill_unit(out, _to_box_sides(np.r_[exact[ids], _on_lines(glyphs, level[ids], slope)], box,
+                                             BOX_SIDE_REACH * line_height), slope)
         for ids in (unit for block in blocks for unit in field_units(block, level, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)

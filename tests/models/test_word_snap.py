@@ -284,7 +284,7 @@ def _contents():
     return np.array(row(50) + row(66), float)
 
 
-def test_a_box_prompt_answers_every_word_it_frames_each_block_as_one_region():
+def test_a_box_prompt_answers_every_word_it_frames_as_one_region():
     from dociq.models.word_snap import snap_to_blocks
 
     words = _contents()
@@ -334,12 +334,12 @@ def test_a_box_drawn_tight_around_a_line_sets_its_edges_and_a_loose_one_does_not
 
     words = np.array([[40, 52, 100, 64], [104, 52, 150, 64]], float)    # ink-tight boxes, 12 px tall
     painted = _box_mask(52, 64, 40, 150)
-    tight = snap_to_blocks(painted, words, box=np.array([38, 50, 152, 66]))   # 2 px off: within a quarter line
-    assert np.array_equal(tight, _box_mask(50, 66, 38, 152))
+    tight = snap_to_blocks(painted, words, box=np.array([39, 51, 151, 65]))   # 1 px off: within 0.15 of a line
+    assert np.array_equal(tight, _box_mask(51, 65, 39, 151))
     for loose in ([36, 48, 154, 68], [20, 30, 180, 90]):                # 4 px off, and far off
         assert np.array_equal(snap_to_blocks(painted, words, box=np.array(loose)), painted)
-    one_side = snap_to_blocks(painted, words, box=np.array([20, 50, 180, 90]))   # only the top drawn tight
-    assert np.array_equal(one_side, _box_mask(50, 64, 40, 150))
+    one_side = snap_to_blocks(painted, words, box=np.array([20, 51, 180, 90]))   # only the top drawn tight
+    assert np.array_equal(one_side, _box_mask(51, 64, 40, 150))
 
 
 def test_a_box_prompt_over_a_drawing_answers_the_drawing_not_the_decoders_blobs():
