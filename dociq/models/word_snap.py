@@ -241,25 +241,9 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
         framed = _inside_box(boxes, box)
         if framed.any():
             # a box prompt asks for one region, what it frames: its words are the answer's whether the
-            # decoder painted them or not, all of them one region (a code listing's ragged lines, a
-            # list's items: one rectangle) but a line holding a negative click, as far as the
-            # text-sized ink it frames on their lines reaches (a contents entry's leaders and page
-            # number, a glyph the OCR did not read)
+            # decoder painted them or not
             members = members | framed
-            framed_ids = np.flatnonzero(framed)
-            kept = []
-            for line in group_lines(level[framed_ids], gap_factor=np.inf):
-                ids = framed_ids[line]
-                x0, y0 = boxes[ids, :2].min(0)
-                x1, y1 = boxes[ids, 2:].max(0)
-                if not (_clicks_in(clicks, x0, y0, x1, y1) & ~positive).any():
-                    kept.extend(ids)
-            if kept:
-                ids = np.array(kept)
-                glyphs = _framed_glyphs(ink, box, exact[ids]) if ink is not None else np.zeros((0, 4))
-                line_height = np.median(exact[ids, 3] - exact[ids, 1])
-                fill_unit(out, _to_box_sides(np.r_[exact[ids], _on_lines(glyphs, level[ids], slope)], box,
-                                             BOX_SIDE_REACH * line_height), slope)
+            _fill_framed(out, np.flatnonzero(framed), boxes, exact, level, clicks[~positive], box, ink, slope)
         for ids in (unit for block in blocks for unit in field_units(block, level, words, values, leaders)):
             x0, y0 = boxes[ids, :2].min(0)
             x1, y1 = boxes[ids, 2:].max(0)
@@ -413,6 +397,30 @@ def _drawings(mask: np.ndarray, ink: np.ndarray, word_boxes: np.ndarray) -> np.n
         if mask[y0:y1, x0:x1].any():
             out[y0:y1, x0:x1] = True
     return out
+
+
+def _fill_framed(out: np.ndarray, framed_ids: np.ndarray, boxes: np.ndarray, exact: np.ndarray, level: np.ndarray,
+                 negative: np.ndarray, box: np.ndarray, ink: np.ndarray | None, slope: float) -> None:
+    """Fill, in `out`, the region a box prompt frames: all its words (`framed_ids` into the pixel
+    `boxes`, `exact` and levelled `level` word boxes) as one region — a code listing's ragged lines,
+    a list's items: one rectangle — but a line holding a `negative` click [P, 2], as far as the
+    text-sized ink it frames on their lines reaches (a contents entry's leaders and page number, a
+    glyph the OCR did not read: `_framed_glyphs`), its edges at the box's sides drawn close to it
+    (`_to_box_sides`)."""
+    kept = []
+    for line in group_lines(level[framed_ids], gap_factor=np.inf):
+        ids = framed_ids[line]
+        x0, y0 = boxes[ids, :2].min(0)
+        x1, y1 = boxes[ids, 2:].max(0)
+        if not _clicks_in(negative, x0, y0, x1, y1).any():
+            kept.extend(ids)
+    if not kept:
+        return
+    ids = np.array(kept)
+    glyphs = _framed_glyphs(ink, box, exact[ids]) if ink is not None else np.zeros((0, 4))
+    line_height = np.median(exact[ids, 3] - exact[ids, 1])
+    fill_unit(out, _to_box_sides(np.r_[exact[ids], _on_lines(glyphs, level[ids], slope)], box,
+                                 BOX_SIDE_REACH * line_height), slope)
 
 
 def _framed_glyphs(ink: np.ndarray, box: np.ndarray, word_boxes: np.ndarray) -> np.ndarray:
