@@ -9,7 +9,11 @@ of the smallest labelled region holding it), or `none` when fewer than half of i
 a region; `unit_features` describes it. `--synthetic N` adds the units of N synthetic pages, drawn as
 `data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks;
 `--extra CORPUS:SPLIT` adds another corpus folder's pages (browser-printed forms:
-scripts/make_form_pages.py).
+scripts/make_form_pages.py). `--scanned N` adds N of the corpus's training pages scanned as
+`dociq eval --scan` scans a page (degraded, read by tesseract; `--ocr-cache` keeps the readings), so
+the trees also learn units made of tesseract's words; `--extra-scanned CORPUS:SPLIT` adds another
+folder's pages scanned; `--eval-scanned CORPUS:SPLIT` prints the unit accuracy on a split scanned
+the same way.
 scikit-learn's HistGradientBoostingClassifier is fitted on
 them (100 iterations of trees with 15 leaves, no early stopping), the
 trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
@@ -27,6 +31,7 @@ from scipy.special import softmax
 from dociq.data.collate import page_word_classes
 from dociq.data.datasets.corpus.dataset import CorpusDocuments
 from dociq.data.schema import REGION_CLASSES, Page
+from dociq.data.scoring import VAL_SEED
 from dociq.data.text_blocks import page_blocks, skew_slope
 from dociq.inference.class_answers import text_units
 from dociq.inference.unit_classifier import NOT_A_REGION, UnitClassifier
@@ -62,9 +67,15 @@ def page_units(pages) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(features), np.concatenate(labels)
 
 
-def corpus_units(corpus: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """`page_units` of a corpus split ("all": every page)."""
-    x, y = page_units(CorpusDocuments(root=corpus, split=None if split == "all" else split))
+def corpus_units(corpus: str, split: str, scan_seed: int | None = None, max_pages: int | None = None,
+                 ocr_cache: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`page_units` of a corpus split ("all": every page; `max_pages`: that many, spread over its
+    documents), each page scanned as scan `scan_seed` of it (`dociq.data.scanned`) unless None."""
+    pages = CorpusDocuments(root=corpus, split=None if split == "all" else split, max_pages=max_pages)
+    if scan_seed is not None:
+        from dociq.data.scanned import ScannedPages   # deferred: tesseract only when scanning
+        pages = ScannedPages(pages, seed=scan_seed, cache_dir=ocr_cache)
+    x, y = page_units(pages)
     if not len(y):
         raise SystemExit(f"{corpus} ({split}): no pages with words; build the corpus first (make corpus)")
     return x, y
@@ -81,8 +92,18 @@ def main() -> None:
                              "teach form labels and values, which the corpus has none of")
     parser.add_argument("--extra", action="append", default=[], metavar="CORPUS:SPLIT",
                         help="also fit on this corpus split (repeatable), e.g. data/forms_train:all")
+    parser.add_argument("--scanned", type=int, default=0, metavar="N",
+                        help="also fit on N training pages of --corpus scanned and read by tesseract, as "
+                             "`dociq eval --scan` reads a page")
+    parser.add_argument("--extra-scanned", action="append", default=[], metavar="CORPUS:SPLIT",
+                        help="also fit on this corpus split scanned as --scanned scans (repeatable), e.g. "
+                             "data/forms_train:all")
+    parser.add_argument("--ocr-cache", default=None, metavar="DIR",
+                        help="keep tesseract's readings of scanned pages here (as dociq eval --ocr-cache)")
     parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
                         help="print the unit accuracy on this corpus split too (repeatable)")
+    parser.add_argument("--eval-scanned", action="append", default=[], metavar="CORPUS:SPLIT",
+                        help="print the unit accuracy on this corpus split scanned as `dociq eval --scan` scans it (repeatable)")
     args = parser.parse_args()
     start = time.time()
     x, y = corpus_units(args.corpus, "train")
@@ -93,6 +114,11 @@ def main() -> None:
     for spec in args.extra:
         corpus, _, split = spec.rpartition(":")
         xs, ys = corpus_units(corpus, split)
+        x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
+    scans = ([(args.corpus, "train", args.scanned)] if args.scanned else []) \
+        + [(*spec.rpartition(":")[::2], None) for spec in args.extra_scanned]
+    for corpus, split, max_pages in scans:        # scan seed 0: scripts/ocr_scanned_pages.py's scans
+        xs, ys = corpus_units(corpus, split, 0, max_pages, args.ocr_cache)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
     print(f"{len(y)} training units in {time.time() - start:.0f} s; "
           + ", ".join(f"{CLASS_NAMES[c]} {n}" for c, n in zip(*np.unique(y, return_counts=True))))
@@ -106,12 +132,12 @@ def main() -> None:
     classifier.save(args.out)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB; {len(classifier.roots)} trees, "
           f"{len(classifier.value)} nodes); train accuracy {(model.predict(x) == y).mean():.3f}")
-    for spec in args.eval:
+    for spec, scan_seed in [(s, None) for s in args.eval] + [(s, VAL_SEED) for s in args.eval_scanned]:
         corpus, _, split = spec.rpartition(":")
-        xe, ye = corpus_units(corpus, split)
+        xe, ye = corpus_units(corpus, split, scan_seed, ocr_cache=args.ocr_cache)
         labelled = ye != CLASS_NAMES.index(NOT_A_REGION)
         guess = np.asarray(model.classes_)[classifier.raw_scores(xe).argmax(1)]
-        print(f"{spec}: {len(ye)} units, accuracy {(guess == ye).mean():.3f}, "
+        print(f"{spec}{'' if scan_seed is None else ' scanned'}: {len(ye)} units, accuracy {(guess == ye).mean():.3f}, "
               f"on units in a region {(guess[labelled] == ye[labelled]).mean():.3f}")
 
 

@@ -127,3 +127,34 @@ def test_the_fit_script_labels_each_unit_with_its_words_class():
             assert CLASS_NAMES[label] == NOT_A_REGION
     x, y = page_units([page, None])                          # a page that failed to load is skipped
     assert x.shape == (len(units), len(FEATURE_NAMES)) and np.array_equal(y, labels)
+
+
+def test_the_fit_script_reads_scanned_pages_units_from_the_ocrs_words(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+    from dociq.data import scanned
+    from dociq.data.ocr import OcrWords
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "corpus"))
+    from corpus_testdata import build
+    sys.path.pop(0)
+    from script_module import load_script
+    script = load_script("fit_unit_classifier")
+
+    class TitleRead:
+        """An OCR that reads each test page's title as one word, a third of the page wide, and
+        its paragraph's two words where the text layer has them."""
+        def __init__(self, cache=None):
+            pass
+
+        def recognise(self, image):
+            boxes = [[4, 4, 39.25, 11.5], [4, 22, 18, 29], [20, 22, 58.5, 29]]
+            return OcrWords(["Installstep", "run", "it"], boxes, image.shape[:2])
+
+    build(tmp_path / "corpus")
+    monkeypatch.setattr(scanned, "TesseractOCR", TitleRead)
+    clean_x, clean_y = script.corpus_units(str(tmp_path / "corpus"), "train")
+    x, y = script.corpus_units(str(tmp_path / "corpus"), "train", scan_seed=0, max_pages=3, ocr_cache=str(tmp_path))
+    assert len(clean_y) == 2 * 9 and len(y) == 2 * 3        # a title and a paragraph a page; 3 of the 9 scanned
+    assert sorted(script.CLASS_NAMES[k] for k in y) == ["paragraph"] * 3 + ["title"] * 3   # labelled by the regions
+    words = FEATURE_NAMES.index("words")
+    assert sorted(x[:, words]) == [1, 1, 1, 2, 2, 2] and sorted(clean_x[:, words]) == [2] * 18   # the OCR's words
