@@ -116,7 +116,8 @@ forms-heldout: $(STAMP) corpus-tools
 # The unit classifier the package ships (dociq/inference/assets/unit_classes.npz): boosted trees
 # naming text units' layout classes, refitted on the corpus's training pages, SCANNED_UNITS of them
 # scanned and read by tesseract (its readings kept in OCR_CACHE, filled first by one worker per
-# core), 2,000 synthetic pages and 300 browser-printed forms for the form classes.
+# core: 400 pages in ~15 min on 2 cores), 2,000 synthetic pages and 300 browser-printed forms for
+# the form classes (the fit itself ~9 min).
 SCANNED_UNITS ?= 400
 OCR_CACHE ?= $(if $(DOCIQ_ROOT),$(DOCIQ_ROOT),.)/.cache/dociq/ocr
 unit-classifier: $(STAMP) $(CORPUS)/corpus.json $(FORMS_TRAIN)/corpus.json

@@ -11,8 +11,8 @@ a region; `unit_features` describes it. `--synthetic N` adds the units of N synt
 `--extra CORPUS:SPLIT` adds another corpus folder's pages (browser-printed forms:
 scripts/make_form_pages.py). `--scanned N` adds N of the corpus's training pages scanned as
 `dociq eval --scan` scans a page (degraded, read by tesseract; `--ocr-cache` keeps the readings), so
-the trees also learn units made of tesseract's words; `--extra-scanned CORPUS:SPLIT` adds another
-folder's pages scanned; `--eval-scanned CORPUS:SPLIT` prints the unit accuracy on a split scanned
+the trees also learn units made of tesseract's words; `--extra-scanned CORPUS:SPLIT[:N]` adds
+another folder's pages (N of them) scanned; `--eval-scanned CORPUS:SPLIT` prints the unit accuracy on a split scanned
 the same way.
 scikit-learn's HistGradientBoostingClassifier is fitted on
 them (100 iterations of trees with 15 leaves, no early stopping), the
@@ -81,6 +81,15 @@ def corpus_units(corpus: str, split: str, scan_seed: int | None = None, max_page
     return x, y
 
 
+def scanned_spec(spec: str) -> tuple[str, str, int | None]:
+    """(corpus, split, pages or None: all) of an --extra-scanned CORPUS:SPLIT[:N]."""
+    head, _, last = spec.rpartition(":")
+    if last.isdigit() and ":" in head:
+        corpus, _, split = head.rpartition(":")
+        return corpus, split, int(last)
+    return head, last, None
+
+
 def main() -> None:
     from sklearn.ensemble import HistGradientBoostingClassifier   # deferred: the training extra only
 
@@ -95,9 +104,9 @@ def main() -> None:
     parser.add_argument("--scanned", type=int, default=0, metavar="N",
                         help="also fit on N training pages of --corpus scanned and read by tesseract, as "
                              "`dociq eval --scan` reads a page")
-    parser.add_argument("--extra-scanned", action="append", default=[], metavar="CORPUS:SPLIT",
-                        help="also fit on this corpus split scanned as --scanned scans (repeatable), e.g. "
-                             "data/forms_train:all")
+    parser.add_argument("--extra-scanned", action="append", default=[], metavar="CORPUS:SPLIT[:N]",
+                        help="also fit on this corpus split (N of its pages) scanned as --scanned scans "
+                             "(repeatable), e.g. data/forms_train:all:100")
     parser.add_argument("--ocr-cache", default=None, metavar="DIR",
                         help="keep tesseract's readings of scanned pages here (as dociq eval --ocr-cache)")
     parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
@@ -116,7 +125,7 @@ def main() -> None:
         xs, ys = corpus_units(corpus, split)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
     scans = ([(args.corpus, "train", args.scanned)] if args.scanned else []) \
-        + [(*spec.rpartition(":")[::2], None) for spec in args.extra_scanned]
+        + [scanned_spec(spec) for spec in args.extra_scanned]
     for corpus, split, max_pages in scans:        # scan seed 0: scripts/ocr_scanned_pages.py's scans
         xs, ys = corpus_units(corpus, split, 0, max_pages, args.ocr_cache)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])

@@ -155,6 +155,8 @@ def test_the_fit_script_reads_scanned_pages_units_from_the_ocrs_words(tmp_path, 
     clean_x, clean_y = script.corpus_units(str(tmp_path / "corpus"), "train")
     x, y = script.corpus_units(str(tmp_path / "corpus"), "train", scan_seed=0, max_pages=3, ocr_cache=str(tmp_path))
     assert len(clean_y) == 2 * 9 and len(y) == 2 * 3        # a title and a paragraph a page; 3 of the 9 scanned
+    assert script.scanned_spec("data/forms:all:100") == ("data/forms", "all", 100)
+    assert script.scanned_spec("data/forms:all") == ("data/forms", "all", None)
     assert sorted(script.CLASS_NAMES[k] for k in y) == ["paragraph"] * 3 + ["title"] * 3   # labelled by the regions
     words = FEATURE_NAMES.index("words")
     assert sorted(x[:, words]) == [1, 1, 1, 2, 2, 2] and sorted(clean_x[:, words]) == [2] * 18   # the OCR's words
