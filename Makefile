@@ -126,7 +126,8 @@ unit-classifier: $(STAMP) $(CORPUS)/corpus.json $(FORMS_TRAIN)/corpus.json
 	$(PY) scripts/ocr_scanned_pages.py --corpus $(FORMS_TRAIN) --split all --max-pages $(SCANNED_FORMS) --seed 0 \
 		--cache $(OCR_CACHE)
 	$(PY) scripts/fit_unit_classifier.py --corpus $(CORPUS) --synthetic 2000 --extra $(FORMS_TRAIN):all \
-		--scanned $(SCANNED_UNITS) --extra-scanned $(FORMS_TRAIN):all:$(SCANNED_FORMS) --ocr-cache $(OCR_CACHE) \
+		--scanned $(CORPUS):train:$(SCANNED_UNITS) --scanned $(FORMS_TRAIN):all:$(SCANNED_FORMS) \
+		--ocr-cache $(OCR_CACHE) \
 		--out dociq/inference/assets/unit_classes.npz --eval $(CORPUS):val
 
 test: $(STAMP)

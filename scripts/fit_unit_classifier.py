@@ -9,11 +9,10 @@ of the smallest labelled region holding it), or `none` when fewer than half of i
 a region; `unit_features` describes it. `--synthetic N` adds the units of N synthetic pages, drawn as
 `data=corpus_mixed` draws them, whose forms teach the form classes a corpus of manuals lacks;
 `--extra CORPUS:SPLIT` adds another corpus folder's pages (browser-printed forms:
-scripts/make_form_pages.py). `--scanned N` adds N of the corpus's training pages scanned as
-`dociq eval --scan` scans a page (degraded, read by tesseract; `--ocr-cache` keeps the readings), so
-the trees also learn units made of tesseract's words; `--extra-scanned CORPUS:SPLIT[:N]` adds
-another folder's pages (N of them) scanned; `--eval-scanned CORPUS:SPLIT` prints the unit accuracy on a split scanned
-the same way.
+scripts/make_form_pages.py). `--scanned CORPUS:SPLIT[:N]` adds a split's pages (N of them, spread
+over its documents) scanned as `dociq eval --scan` scans a page (degraded, read by tesseract;
+`--ocr-cache` keeps the readings), so the trees also learn units made of tesseract's words;
+`--eval-scanned CORPUS:SPLIT` prints the unit accuracy on a split scanned the same way.
 scikit-learn's HistGradientBoostingClassifier is fitted on
 them (100 iterations of trees with 15 leaves, no early stopping), the
 trees are stored as arrays, and the stored classifier is checked against scikit-learn's own
@@ -82,7 +81,7 @@ def corpus_units(corpus: str, split: str, scan_seed: int | None = None, max_page
 
 
 def scanned_spec(spec: str) -> tuple[str, str, int | None]:
-    """(corpus, split, pages or None: all) of an --extra-scanned CORPUS:SPLIT[:N]."""
+    """(corpus, split, pages or None: all) of a --scanned CORPUS:SPLIT[:N]."""
     head, _, last = spec.rpartition(":")
     if last.isdigit() and ":" in head:
         corpus, _, split = head.rpartition(":")
@@ -101,12 +100,9 @@ def main() -> None:
                              "teach form labels and values, which the corpus has none of")
     parser.add_argument("--extra", action="append", default=[], metavar="CORPUS:SPLIT",
                         help="also fit on this corpus split (repeatable), e.g. data/forms_train:all")
-    parser.add_argument("--scanned", type=int, default=0, metavar="N",
-                        help="also fit on N training pages of --corpus scanned and read by tesseract, as "
-                             "`dociq eval --scan` reads a page")
-    parser.add_argument("--extra-scanned", action="append", default=[], metavar="CORPUS:SPLIT[:N]",
-                        help="also fit on this corpus split (N of its pages) scanned as --scanned scans "
-                             "(repeatable), e.g. data/forms_train:all:100")
+    parser.add_argument("--scanned", action="append", default=[], metavar="CORPUS:SPLIT[:N]",
+                        help="also fit on this corpus split (N of its pages) scanned and read by tesseract as "
+                             "`dociq eval --scan` reads a page (repeatable), e.g. data/corpus:train:400")
     parser.add_argument("--ocr-cache", default=None, metavar="DIR",
                         help="keep tesseract's readings of scanned pages here (as dociq eval --ocr-cache)")
     parser.add_argument("--eval", action="append", default=[], metavar="CORPUS:SPLIT",
@@ -124,9 +120,7 @@ def main() -> None:
         corpus, _, split = spec.rpartition(":")
         xs, ys = corpus_units(corpus, split)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
-    scans = ([(args.corpus, "train", args.scanned)] if args.scanned else []) \
-        + [scanned_spec(spec) for spec in args.extra_scanned]
-    for corpus, split, max_pages in scans:        # scan seed 0: scripts/ocr_scanned_pages.py's scans
+    for corpus, split, max_pages in map(scanned_spec, args.scanned):   # scan seed 0: ocr_scanned_pages.py's
         xs, ys = corpus_units(corpus, split, 0, max_pages, args.ocr_cache)
         x, y = np.concatenate([x, xs]), np.concatenate([y, ys])
     print(f"{len(y)} training units in {time.time() - start:.0f} s; "
