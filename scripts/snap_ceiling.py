@@ -60,7 +60,7 @@ def page_ceilings(page: Page, seed: int = VAL_SEED) -> list[dict]:
         return []
     words = list(page.words)
     slope = skew_slope(boxes)
-    blocks = page_blocks(page.image, boxes, words, slope)
+    blocks = page_blocks(page.image, boxes, words, slope, ocr=page.word_confidences is not None)
     ink = page_ink(page.image)
     painted = []
     for unit in text_units(blocks, boxes, words, slope):

@@ -46,7 +46,7 @@ def fidelity(pages, max_questions: int = 8) -> dict[tuple[str, str], list[float]
         if not questions or not len(boxes):
             continue
         # the blocks as the Predictor groups them (snapping.snap_masks)
-        blocks = page_blocks(np.asarray(page.image), boxes, words)
+        blocks = page_blocks(np.asarray(page.image), boxes, words, ocr=page.word_confidences is not None)
         for q in questions:
             target = np.asarray(q.mask) > 0.5
             scores[(q.kind, "words")].append(mask_iou(snap_to_words(target, boxes), target))

@@ -324,7 +324,8 @@ class ScriptedPredictor:
     def set_image(self, image, words=None, word_boxes=None, ocr=None):
         self.set_image_calls += 1
         self.page = SimpleNamespace(image=np.asarray(image), original_size=image.shape[:2], words=list(words or []),
-                                    word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes)
+                                    word_boxes=np.zeros((0, 4), np.float32) if word_boxes is None else word_boxes,
+                                    word_confidences=None)
 
     def word_class_probabilities(self):                  # a model without the word-class head
         return None

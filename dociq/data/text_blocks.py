@@ -143,6 +143,11 @@ _ITEM_OPENER = re.compile(r"^([\u2022\u2023\u25e6\u2043\u2219\u00b7*\u2013-]|\(?
 _SECTION_NUMBER = re.compile(r"^([0-9]{1,3}(\.[0-9]{1,3})*|[A-Z](\.[0-9]{1,3})+)\.?$")
 
 
+def opens_list_item(word: str) -> bool:
+    """Whether a line opening with `word` opens a list item: a bullet or an enumerator ("•", "3.", "b)")."""
+    return bool(_ITEM_OPENER.match(str(word).strip()))
+
+
 def numbering_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
     """bool [N]: the words that can number what follows them on a line: a bullet, a list item's
     enumerator ("3.", "b)", "iv.") or a heading's number ("5.3", "A.1")."""
@@ -160,10 +165,33 @@ def leader_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
     return np.array([bool(_LEADER.match(str(w).strip())) for w in words], bool)
 
 
+def join_tests(prev: np.ndarray, prev_height: np.ndarray, span: np.ndarray, height: float,
+               max_gap: float = 0.6, max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
+               prev_opens: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """bool [B] per test of `group_blocks`: whether a line (its extent `span` x0, y0, x1, y1 and
+    `height`) passes it against each block whose last line is `prev` [B, 4] of `prev_height` [B]
+    — "below" (not reaching up into it), "near" (gap at most `max_gap` x the taller height),
+    "height" (heights within `max_height_ratio`), "column" (sharing `min_x_overlap` of the
+    narrower width) and, with `prev_opens` (bool [B]: the last line opens a list item), "not
+    indented". A line joins a block that passes them all."""
+    h0, h1 = prev_height, height
+    taller = np.maximum(h0, h1)
+    gap = span[1] - prev[:, 3]
+    overlap = np.minimum(prev[:, 2], span[2]) - np.maximum(prev[:, 0], span[0])
+    narrower = np.maximum(np.minimum(prev[:, 2] - prev[:, 0], span[2] - span[0]), 1.0)
+    tests = {"below": -0.5 * np.minimum(h0, h1) <= gap, "near": gap <= max_gap * taller,
+             "height": taller <= max_height_ratio * np.maximum(np.minimum(h0, h1), 1.0),
+             "column": overlap >= min_x_overlap * narrower}
+    if prev_opens is not None:
+        centred = np.abs((span[0] + span[2]) - (prev[:, 0] + prev[:, 2])) / 2 <= taller
+        tests["not indented"] = ~((span[0] - prev[:, 0] > taller) & ~centred & ~prev_opens)
+    return tests
+
+
 def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
                  max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
                  opens_item: np.ndarray | None = None, split_indented: bool = False,
-                 split_entries: bool = False) -> list[list[int]]:
+                 split_entries: bool = False, word_heights: bool = False) -> list[list[int]]:
     """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
 
     Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
@@ -176,7 +204,10 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     and is not centred under it — a definition's text under its term, a nested item, a reply —
     unless the line above opens a list item (an item's text wraps right of its bullet).
     With `split_entries`, a line holding LEADER_DOTS or more leader dots ends a contents entry: the
-    next line starts a block (an entry that wraps keeps its lines up to the one with the leaders)."""
+    next line starts a block (an entry that wraps keeps its lines up to the one with the leaders).
+    With `word_heights`, a line's height is its words' (`line_height`), not its extent: an OCR's
+    stray glyph, or a word that a scan's residual skew drops into the line below, stretches a
+    line's extent to two lines, and a height test would set it apart from its paragraph."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     lines = group_lines(boxes, marks=leaders)
@@ -184,32 +215,25 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
     last_opens = np.zeros(len(lines), bool)  # whether that line opens a list item
     last_ends = np.zeros(len(lines), bool)   # whether that line ends a contents entry
+    last_height = np.zeros(len(lines))       # that line's height
     for line in lines:
         ends = int(leaders[line].sum()) >= LEADER_DOTS
         b = boxes[line]
         span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
-        opener = (words is not None and bool(_ITEM_OPENER.match(str(words[line[0]]).strip()))) \
+        opener = (words is not None and opens_list_item(words[line[0]])) \
             or (opens_item is not None and bool(opens_item[line[0]]))
-        prev = last[:len(blocks)]
-        h0, h1 = prev[:, 3] - prev[:, 1], span[3] - span[1]
-        gap = span[1] - prev[:, 3]
-        overlap = np.minimum(prev[:, 2], span[2]) - np.maximum(prev[:, 0], span[0])
-        narrower = np.maximum(np.minimum(prev[:, 2] - prev[:, 0], span[2] - span[0]), 1.0)
-        joins = ((-0.5 * np.minimum(h0, h1) <= gap) & (gap <= max_gap * np.maximum(h0, h1))
-                 & (np.maximum(h0, h1) <= max_height_ratio * np.maximum(np.minimum(h0, h1), 1.0))
-                 & (overlap >= min_x_overlap * narrower))
-        if split_indented:
-            height = np.maximum(h0, h1)
-            centred = np.abs((span[0] + span[2]) - (prev[:, 0] + prev[:, 2])) / 2 <= height
-            joins &= ~((span[0] - prev[:, 0] > height) & ~centred & ~last_opens[:len(blocks)])
-        joins &= ~last_ends[:len(blocks)]
+        height = line_height(b) if word_heights else span[3] - span[1]
+        tests = join_tests(last[:len(blocks)], last_height[:len(blocks)], span, height, max_gap,
+                           max_height_ratio, min_x_overlap, last_opens[:len(blocks)] if split_indented else None)
+        joins = np.logical_and.reduce(list(tests.values())) & ~last_ends[:len(blocks)]
         if opener or not joins.any():
             last[len(blocks)], last_opens[len(blocks)], last_ends[len(blocks)] = span, opener, ends
+            last_height[len(blocks)] = height
             blocks.append(list(line))
         else:
-            best = int(np.where(joins, prev[:, 3], -np.inf).argmax())   # the lowest, the first of equals
+            best = int(np.where(joins, last[:len(blocks), 3], -np.inf).argmax())   # the lowest, the first of equals
             blocks[best].extend(line)
-            last[best], last_opens[best], last_ends[best] = span, False, ends
+            last[best], last_opens[best], last_ends[best], last_height[best] = span, False, ends, height
     blocks.sort(key=lambda ids: (boxes[ids, 1].min(), boxes[ids, 0].min()))
     return blocks
 
@@ -265,17 +289,18 @@ def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
 
 
 def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
-                slope: float | None = None) -> list[list[int]]:
+                slope: float | None = None, ocr: bool = False) -> list[list[int]]:
     """The text blocks a reader sees on a page: `group_blocks` with the list items whose bullets are
     drawn on the `image` (`drawn_bullets`), indented lines (`split_indented`) and contents entries
     (`split_entries`) set apart, grouped as if the page's text lines were level (`level_boxes`;
-    `slope` dy / dx, None: `skew_slope` of the words). What masks are completed to and
+    `slope` dy / dx, None: `skew_slope` of the words). With `ocr` (the words are an OCR engine's),
+    lines are compared by their words' heights (`group_blocks`' `word_heights`). What masks are completed to and
     `segment-page` starts its text regions from; the model's own input (`collate`) groups the words
     alone, as it was trained."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     slope = skew_slope(boxes) if slope is None and len(boxes) else (slope or 0.0)
     return group_blocks(level_boxes(boxes, slope), words, opens_item=drawn_bullets(image, boxes),
-                        split_indented=True, split_entries=True)
+                        split_indented=True, split_entries=True, word_heights=ocr)
 
 
 def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None,

@@ -412,7 +412,8 @@ class PageSegmenter:
             self._add_batch(found, np.asarray(logits), np.asarray(iou), batch,
                             seed_names[start:start + self.points_per_batch])
         if "ocr_blocks" in self.seeds and len(page.word_boxes):
-            blocks = block_boxes(page.word_boxes, blocks=page_blocks(page.image, page.word_boxes, page.words))
+            blocks = block_boxes(page.word_boxes, blocks=page_blocks(page.image, page.word_boxes, page.words,
+                                                                     ocr=page.word_confidences is not None))
             if self.block_masks == "model":
                 self._add_boxes(found, blocks, "ocr_blocks")
             else:

@@ -146,7 +146,8 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
     geometric rule finds (`form_links.link_answer`)."""
     words = page.words if len(word_boxes) else None
     if mode == "blocks" and len(word_boxes) and page.text_blocks is None:
-        page.text_blocks = page_blocks(page.image, word_boxes, words, page_slope(page, word_boxes))  # once per page
+        page.text_blocks = page_blocks(page.image, word_boxes, words, page_slope(page, word_boxes),
+                                       ocr=page.word_confidences is not None)  # once per page
     if mode == "blocks" and words is not None and unit_classifier is not None and masks.ndim == 3 \
             and prompts.boxes is None and prompts.points is None and prompts.masks is None:
         return _answer_classes(masks, prompts, page, word_boxes, unit_classifier,

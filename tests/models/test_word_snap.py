@@ -258,6 +258,23 @@ def test_an_indented_line_opens_a_block_unless_it_is_centred_or_wraps_an_item():
     assert group_blocks(para, ["Indented", "then", "flush"], split_indented=True) == [[0, 1, 2]]
 
 
+def test_a_line_an_ocr_stretched_stays_in_its_paragraph():
+    from dociq.data.text_blocks import page_blocks
+
+    # three lines of a paragraph read by tesseract; in line 2 one word reaches 7 px towards line 3
+    # (a scan's residual skew), stretching that line's extent to 1.7 lines; after a paragraph's
+    # space, a second paragraph
+    boxes = np.array([[20, 50, 80, 60], [85, 50, 160, 60],
+                      [20, 64, 90, 74], [95, 64, 140, 74], [145, 67, 160, 81],
+                      [20, 78, 100, 88], [105, 78, 150, 88],
+                      [20, 110, 90, 120], [95, 110, 160, 120], [20, 124, 80, 134]], float)
+    words = ["The", "arguments", "provided", "can", "be", "used", "to", "Each", "restriction", "is"]
+    page = np.full((200, 200, 3), 255, np.uint8)
+    assert page_blocks(page, boxes, words, slope=0.0, ocr=True) == [[0, 1, 2, 3, 4, 5, 6], [7, 8, 9]]
+    # by its extent, the stretched line is a heading's height: the paragraph falls apart
+    assert page_blocks(page, boxes, words, slope=0.0) == [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
+
+
 def test_a_tables_cells_are_completed_apart_even_with_narrow_gutters():
     from dociq.models.word_snap import field_units, snap_to_blocks
 
@@ -492,7 +509,8 @@ def test_the_predictors_snapping_keeps_a_quotation_for_questions_alone():
     question = ["which paragraph mentions “epsilon”?"]
 
     def snapped(boxes_prompt=None):
-        page = SimpleNamespace(image=image, words=words, text_blocks=None, ink=None, drawings=None, slope=None)
+        page = SimpleNamespace(image=image, words=words, text_blocks=None, ink=None, drawings=None, slope=None,
+                               word_confidences=None)
         prompts = Prompts(count=1, questions=question, points=None, labels=None, boxes=boxes_prompt)
         return snap_masks(mask, prompts, page, boxes, "blocks")[0]
 

@@ -1,0 +1,127 @@
+"""Why held-out targets fall into several text blocks: the tests of `group_blocks` that kept their lines apart.
+
+For each question the evaluation asks (`snap_ceiling` picks them the same way) of the `--kinds`
+whose target is one region (reading and cell questions, by default: a layout question may ask for
+every paragraph) and holds two or more of the page's words, the page's blocks as `Predictor()` groups them
+(`text_blocks.page_blocks`); where two lines of the target that follow one another lie in different
+blocks, which of `text_blocks.join_tests` the lower line fails against the upper one ("below",
+"near", "height", "column", "not indented"), or whether it opens a list item or the upper line ends
+a contents entry. A target's line that also holds words outside it counts as "line crosses the
+target". With `--scan`, the pages degraded and read by tesseract as `dociq eval --scan` reads them.
+No model is run.
+
+    python scripts/block_splits.py --corpus data/corpus --split val --pages 80 --scan --ocr-cache outputs/ocr_cache/corpus_val
+"""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+import numpy as np
+import torch
+
+from dociq.data.collate import choose_questions
+from dociq.data.schema import Page
+from dociq.data.scoring import VAL_SEED
+from dociq.data.text_blocks import (LEADER_DOTS, drawn_bullets, group_lines, join_tests, leader_words, level_boxes,
+                                    line_height, opens_list_item, page_blocks, skew_slope)
+from dociq.evaluation.answers import page_seed
+
+QUESTIONS_PER_PAGE = 8          # as the evaluation asks (dociq.evaluation.answers)
+
+
+def _line_state(boxes: np.ndarray, line: list[int], ocr: bool) -> tuple[np.ndarray, float]:
+    b = boxes[line]
+    span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
+    return span, (line_height(b) if ocr else float(span[3] - span[1]))
+
+
+def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("reading", "cell")) -> list[dict]:
+    """One record per question of `kinds` asked of `page` whose target holds two or more words: its kind, the
+    number of blocks its words lie in, and a Counter of why its consecutive lines were kept apart."""
+    generator = torch.Generator().manual_seed(page_seed(page, seed))
+    questions = [page.questions[k] for k in choose_questions(page, QUESTIONS_PER_PAGE, generator)]
+    questions = [q for q in questions if q.kind in kinds]
+    boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
+    if not questions or not len(boxes):
+        return []
+    words, ocr = list(page.words), page.word_confidences is not None
+    slope = skew_slope(boxes)
+    level = level_boxes(boxes, slope)
+    block_of = np.full(len(boxes), -1)
+    for k, ids in enumerate(page_blocks(page.image, boxes, words, slope, ocr=ocr)):
+        block_of[ids] = k
+    leaders = leader_words(words, len(boxes))
+    bullets = drawn_bullets(page.image, boxes)
+    lines = group_lines(level, marks=leaders)              # the lines page_blocks joins
+    line_of = np.full(len(boxes), -1)
+    for k, ids in enumerate(lines):
+        line_of[ids] = k
+    h, w = page.size
+    centres = ((boxes[:, :2] + boxes[:, 2:]) / 2).astype(int)
+    out = []
+    for q in questions:
+        inside = np.flatnonzero(np.asarray(q.mask, bool)[centres[:, 1].clip(0, h - 1), centres[:, 0].clip(0, w - 1)])
+        if len(inside) < 2:
+            continue
+        reasons: Counter = Counter()
+        own = sorted(set(line_of[inside]), key=lambda k: level[lines[k], 1].min())
+        reasons["line crosses the target"] = sum(not set(lines[k]) <= set(inside) for k in own)
+        for upper, lower in zip(own, own[1:]):
+            if block_of[lines[upper][0]] == block_of[lines[lower][0]]:
+                continue
+            (prev, prev_height), (span, height) = _line_state(level, lines[upper], ocr), _line_state(level, lines[lower], ocr)
+            opens = opens_list_item(words[lines[upper][0]]) or bool(bullets[lines[upper][0]])
+            tests = join_tests(prev[None], np.array([prev_height]), span, height, prev_opens=np.array([opens]))
+            failed = [name for name, passed in tests.items() if not passed[0]]
+            if opens_list_item(words[lines[lower][0]]) or bool(bullets[lines[lower][0]]):
+                failed.append("opens a list item")
+            if int(leaders[lines[upper]].sum()) >= LEADER_DOTS:
+                failed.append("ends a contents entry")
+            reasons.update(failed or ["joined another block"])
+        out.append({"kind": q.kind, "blocks": len(set(block_of[inside])), "reasons": reasons})
+    return out
+
+
+def table(views: dict[str, list[dict]]) -> str:
+    """A markdown table: per view and question kind, the targets split into several blocks and the
+    line pairs each reason kept apart."""
+    names = sorted({name for records in views.values() for r in records for name in r["reasons"]})
+    lines = ["| pages | questions | split | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for view, records in views.items():
+        for kind in sorted({r["kind"] for r in records}):
+            rows = [r for r in records if r["kind"] == kind]
+            total = sum((r["reasons"] for r in rows), Counter())
+            split = sum(r["blocks"] > 1 for r in rows)
+            lines.append(f"| {view} | {kind} ({len(rows)}) | {split} ({100 * split / len(rows):.0f} %) | "
+                         + " | ".join(str(total[n]) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default="data/corpus")
+    p.add_argument("--split", default="val")
+    p.add_argument("--pages", type=int, default=None, help="the first N pages (default all)")
+    p.add_argument("--scan", action="store_true", help="also the pages scanned and read by tesseract")
+    p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
+    p.add_argument("--ocr-cache", default=None, help="tesseract's cache folder (as dociq eval --ocr-cache)")
+    p.add_argument("--kinds", nargs="+", default=["reading", "cell"], help="the question kinds whose targets are one region")
+    args = p.parse_args(argv)
+
+    from dociq.data.datasets.corpus.dataset import CorpusDocuments
+
+    pages = CorpusDocuments(root=args.corpus, split=args.split)
+    views = {"clean": pages}
+    if args.scan:
+        from dociq.data.ocr import TesseractOCR
+        from dociq.data.scanned import ScannedPages
+
+        views["scanned"] = ScannedPages(pages, args.scan_seed, ocr=TesseractOCR(cache=args.ocr_cache))
+    count = len(pages) if args.pages is None else min(args.pages, len(pages))
+    print(table({view: [r for i in range(count) if data[i] is not None for r in split_reasons(data[i], kinds=tuple(args.kinds))]
+                 for view, data in views.items()}))
+
+
+if __name__ == "__main__":
+    main()
