@@ -206,8 +206,8 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     With `split_entries`, a line holding LEADER_DOTS or more leader dots ends a contents entry: the
     next line starts a block (an entry that wraps keeps its lines up to the one with the leaders).
     With `word_heights`, a line's height is its words' (`line_height`), not its extent: an OCR's
-    stray glyph, or a word that a scan's residual skew drops into the line below, stretches a
-    line's extent to two lines, and a height test would set it apart from its paragraph."""
+    stray glyph, or one word whose box reaches towards the line below, stretches a line's extent
+    to two lines, and a height test would set it apart from its paragraph."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     lines = group_lines(boxes, marks=leaders)

@@ -261,9 +261,8 @@ def test_an_indented_line_opens_a_block_unless_it_is_centred_or_wraps_an_item():
 def test_a_line_an_ocr_stretched_stays_in_its_paragraph():
     from dociq.data.text_blocks import page_blocks
 
-    # three lines of a paragraph read by tesseract; in line 2 one word reaches 7 px towards line 3
-    # (a scan's residual skew), stretching that line's extent to 1.7 lines; after a paragraph's
-    # space, a second paragraph
+    # three lines of a paragraph read by tesseract; in line 2 one word reaches 7 px towards line 3,
+    # stretching that line's extent to 1.7 lines; after a paragraph's space, a second paragraph
     boxes = np.array([[20, 50, 80, 60], [85, 50, 160, 60],
                       [20, 64, 90, 74], [95, 64, 140, 74], [145, 67, 160, 81],
                       [20, 78, 100, 88], [105, 78, 150, 88],
