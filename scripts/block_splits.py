@@ -26,6 +26,7 @@ from dociq.data.scoring import VAL_SEED
 from dociq.data.text_blocks import (LEADER_DOTS, drawn_bullets, group_lines, join_tests, leader_words, level_boxes,
                                     line_height, opens_list_item, page_blocks, skew_slope)
 from dociq.evaluation.answers import page_seed
+from snap_ceiling import add_view_arguments, page_views  # a sibling: `python scripts/...` puts scripts/ on sys.path
 
 QUESTIONS_PER_PAGE = 8          # as the evaluation asks (dociq.evaluation.answers)
 
@@ -100,25 +101,11 @@ def table(views: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--corpus", default="data/corpus")
-    p.add_argument("--split", default="val")
-    p.add_argument("--pages", type=int, default=None, help="the first N pages (default all)")
-    p.add_argument("--scan", action="store_true", help="also the pages scanned and read by tesseract")
-    p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
-    p.add_argument("--ocr-cache", default=None, help="tesseract's cache folder (as dociq eval --ocr-cache)")
+    add_view_arguments(p)
     p.add_argument("--kinds", nargs="+", default=["reading", "cell"], help="the question kinds whose targets are one region")
     args = p.parse_args(argv)
 
-    from dociq.data.datasets.corpus.dataset import CorpusDocuments
-
-    pages = CorpusDocuments(root=args.corpus, split=args.split)
-    views = {"clean": pages}
-    if args.scan:
-        from dociq.data.ocr import TesseractOCR
-        from dociq.data.scanned import ScannedPages
-
-        views["scanned"] = ScannedPages(pages, args.scan_seed, ocr=TesseractOCR(cache=args.ocr_cache))
-    count = len(pages) if args.pages is None else min(args.pages, len(pages))
+    views, count = page_views(args)
     print(table({view: [r for i in range(count) if data[i] is not None for r in split_reasons(data[i], kinds=tuple(args.kinds))]
                  for view, data in views.items()}))
 

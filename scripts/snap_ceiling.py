@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections import defaultdict
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -92,27 +92,36 @@ def table(views: dict[str, Iterable[dict]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_view_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that choose the pages: --corpus, --split, --pages, --scan, --scan-seed, --ocr-cache."""
     p.add_argument("--corpus", default="data/corpus")
     p.add_argument("--split", default="val")
     p.add_argument("--pages", type=int, default=None, help="the first N pages (default all)")
-    p.add_argument("--scan", action="store_true", help="also score the pages scanned and read by tesseract")
+    p.add_argument("--scan", action="store_true", help="also the pages scanned and read by tesseract")
     p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
     p.add_argument("--ocr-cache", default=None, help="tesseract's cache folder (as dociq eval --ocr-cache)")
-    p.add_argument("--by-rotation", action="store_true", help="with --scan: the scanned pages by how far they turned")
-    args = p.parse_args(argv)
 
+
+def page_views(args: argparse.Namespace) -> tuple[dict[str, Sequence[Page | None]], int]:
+    """({"clean": the split's pages, and with --scan "scanned": the same pages degraded and read by
+    tesseract}, how many of them to read)."""
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
+    from dociq.data.scanned import ScannedPages
 
     pages = CorpusDocuments(root=args.corpus, split=args.split)
     views = {"clean": pages}
     if args.scan:
-        from dociq.data.ocr import TesseractOCR
-        from dociq.data.scanned import ScannedPages
+        views["scanned"] = ScannedPages(pages, args.scan_seed, cache_dir=args.ocr_cache)
+    return views, len(pages) if args.pages is None else min(args.pages, len(pages))
 
-        views["scanned"] = ScannedPages(pages, args.scan_seed, ocr=TesseractOCR(cache=args.ocr_cache))
-    count = len(pages) if args.pages is None else min(args.pages, len(pages))
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_view_arguments(p)
+    p.add_argument("--by-rotation", action="store_true", help="with --scan: the scanned pages by how far they turned")
+    args = p.parse_args(argv)
+
+    views, count = page_views(args)
     records = {view: [r for i in range(count) if data[i] is not None for r in page_ceilings(data[i])]
                for view, data in views.items()}
     if args.by_rotation and "scanned" in records:
