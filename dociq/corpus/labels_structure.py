@@ -24,9 +24,12 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dociq.corpus.geometry import Box, area, inside, union
 from dociq.corpus.labels_tagged import LabelledRegion, TableGrid
 from dociq.corpus.pdf_page import Line, PdfPageContent
+from dociq.data.text_blocks import paragraph_gap
 
 BAND = 0.1  # top/bottom fraction of the page where running headers, footers and page numbers live
 # front matter numbers its pages in lower-case roman numerals; an upper-case "C" or "I" alone at a
@@ -526,7 +529,9 @@ def _consecutive(lines: list[Line], em: float, max_gap: float = 0.6) -> list[lis
 
 def _blocks(lines: list[Line], em: float) -> list[list[Line]]:
     """Lines into text blocks: directly under the block's last line, overlapping it, same size; a
-    new block at a vertical gap and at a first-line indent."""
+    new block at a vertical gap (wider than 0.45 line, or than the page's own leading where it sets
+    its lines further apart: `paragraph_gap`) and at a first-line indent."""
+    max_gap = paragraph_gap(np.array([ln.box for ln in lines]).reshape(-1, 4), default=0.45)
     blocks: list[list[Line]] = []
     for line in sorted(lines, key=lambda ln: (ln.box[1], ln.box[0])):
         target = None
@@ -535,7 +540,7 @@ def _blocks(lines: list[Line], em: float) -> list[list[Line]]:
             gap = line.box[1] - last.box[3]
             overlap = min(line.box[2], last.box[2]) - max(line.box[0], last.box[0])
             width = min(line.box[2] - line.box[0], last.box[2] - last.box[0])
-            if -0.3 * last.height <= gap <= 0.45 * max(last.height, line.height) \
+            if -0.3 * last.height <= gap <= max_gap * max(last.height, line.height) \
                     and overlap > 0.3 * width and abs(line.size - last.size) <= 1.0:
                 target = b
                 break

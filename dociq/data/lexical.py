@@ -79,6 +79,18 @@ read reads reading titled called named entitled section heading chapter word wor
 """.split())
 
 
+# A question naming one of these asks for a whole text unit holding its quotation ("which bullet
+# point mentions “Hiera”?"), not for the quoted words themselves ("where is the word “Hiera”?").
+UNIT_NOUNS = frozenset("paragraph paragraphs bullet bullets item items entry entries footnote footnotes "
+                       "caption captions".split())
+
+
+def names_text_unit(question: str) -> bool:
+    """Whether the question asks for a text unit (paragraph, bullet point, list item, entry,
+    footnote, caption: `UNIT_NOUNS`) that holds a quotation of it (`answer_quotes`)."""
+    return bool(answer_quotes(question)) and any(normalise(raw).casefold() in UNIT_NOUNS for raw in question.split())
+
+
 def answer_quotes(question: str) -> list[str]:
     """The normalised words of the question's quotations that its answer holds: those opened
     right after a `HOLDING_WORDS` word ("which paragraph mentions “under”?" -> ["under"])."""

@@ -165,6 +165,45 @@ def leader_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
     return np.array([bool(_LEADER.match(str(w).strip())) for w in words], bool)
 
 
+LEADING_MARGIN = 0.25       # a paragraph's gap exceeds the page's line spacing by more than this, in lines
+
+
+def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs: int = 3) -> float | None:
+    """The page's own leading: the median gap, in line heights, between the lines of runs of at
+    least three lines one under the other with the same extent (left and right edges within half
+    a line, at least 25 lines wide) — a justified paragraph's inner lines; two lines that merely
+    happen to end alike (two list items, two notes) make no run. `spans` [L, 4] x0, y0, x1, y1 per
+    line, `heights` [L] (default: the spans'). None with fewer than `min_pairs` gaps in such runs
+    (ragged text, a page of single lines): nothing to measure."""
+    spans = np.asarray(spans, dtype=np.float64).reshape(-1, 4)
+    heights = spans[:, 3] - spans[:, 1] if heights is None else np.asarray(heights, dtype=np.float64)
+    above = np.full(len(spans), -1)          # the line of the same extent directly above, if any
+    for j in range(len(spans)):
+        x0, y0, x1, _ = spans[j]
+        overlap = np.minimum(spans[:, 2], x1) - np.maximum(spans[:, 0], x0)
+        candidates = (spans[:, 3] <= y0 + 0.5 * heights[j]) & (overlap > 0)
+        candidates[j] = False
+        if not candidates.any():
+            continue
+        a = int(np.where(candidates, spans[:, 3], -np.inf).argmax())      # the nearest line above, any extent
+        taller = max(heights[a], heights[j])
+        same_extent = abs(spans[a, 0] - x0) <= 0.5 * taller and abs(spans[a, 2] - x1) <= 0.5 * taller
+        if same_extent and x1 - x0 >= 25 * taller and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
+            above[j] = a
+    in_run = (above >= 0) & ((above[np.maximum(above, 0)] >= 0) | np.isin(np.arange(len(spans)), above))
+    gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(in_run)]
+    return float(np.median(gaps)) if len(gaps) >= min_pairs else None
+
+
+def paragraph_gap(spans: np.ndarray, heights: np.ndarray | None = None, default: float = 0.6) -> float:
+    """The widest gap, in line heights, that still joins two lines of a block: `default`, unless
+    the page's own `line_spacing` is wider — a thesis set one-and-a-half or double spaced — when
+    it is that spacing plus LEADING_MARGIN: its paragraphs stay whole, and still part where a gap
+    exceeds the leading."""
+    spacing = line_spacing(spans, heights)
+    return default if spacing is None or spacing <= default else spacing + LEADING_MARGIN
+
+
 def join_tests(prev: np.ndarray, prev_height: np.ndarray, span: np.ndarray, height: float,
                max_gap: float = 0.6, max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
                prev_opens: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -198,6 +237,8 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     above it, when the gap between them is at most `max_gap` x the line height (paragraph spacing
     is wider than line spacing), the two heights differ by at most `max_height_ratio` (a heading
     over body text), and they share at least `min_x_overlap` of the narrower width (same column).
+    Where the page sets its lines further apart (`paragraph_gap`: one-and-a-half or double
+    spacing), `max_gap` widens to the page's leading plus LEADING_MARGIN.
     A line whose first word is a bullet or an enumerator ("•", "3.", "b)"), or is marked in
     `opens_item` (bool [N]: a bullet drawn left of it, `drawn_bullets`), starts a new block.
     With `split_indented`, so does a line that starts more than its height right of the line above
@@ -211,18 +252,19 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     lines = group_lines(boxes, marks=leaders)
+    spans = np.array([[boxes[ln, 0].min(), boxes[ln, 1].min(), boxes[ln, 2].max(), boxes[ln, 3].max()]
+                      for ln in lines]).reshape(-1, 4)
+    heights = np.array([line_height(boxes[ln]) for ln in lines]) if word_heights else spans[:, 3] - spans[:, 1]
+    max_gap = paragraph_gap(spans, heights, max_gap)
     blocks: list[list[int]] = []
     last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
     last_opens = np.zeros(len(lines), bool)  # whether that line opens a list item
     last_ends = np.zeros(len(lines), bool)   # whether that line ends a contents entry
     last_height = np.zeros(len(lines))       # that line's height
-    for line in lines:
+    for line, span, height in zip(lines, spans, heights):
         ends = int(leaders[line].sum()) >= LEADER_DOTS
-        b = boxes[line]
-        span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
         opener = (words is not None and opens_list_item(words[line[0]])) \
             or (opens_item is not None and bool(opens_item[line[0]]))
-        height = line_height(b) if word_heights else span[3] - span[1]
         tests = join_tests(last[:len(blocks)], last_height[:len(blocks)], span, height, max_gap,
                            max_height_ratio, min_x_overlap, last_opens[:len(blocks)] if split_indented else None)
         joins = np.logical_and.reduce(list(tests.values())) & ~last_ends[:len(blocks)]

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix
+from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix, names_text_unit
 from dociq.data.masks import mask_box
 from dociq.data.text_blocks import group_blocks, group_lines, leader_words, level_boxes, numbering_words
 
@@ -276,7 +276,10 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     quotation as the quoted words it has a match of. The mask's parts holding less than the best
     of them are dropped; when some text block (`blocks`, word indices) holds more of the quotation
     than any part, the mask is that block instead, if it is the only one. Unchanged when the page
-    holds none of the quotation. mask bool [H, W]; word_boxes [K, 4] in its pixels; words [K]."""
+    holds none of the quotation. A question that names a text unit ("which bullet point mentions
+    “under”?": `lexical.names_text_unit`) is answered by one whole block: of those holding a match
+    inside the kept mask, the one the mask covers most (the decoder often paints the quoted words
+    alone, or a neighbour too). mask bool [H, W]; word_boxes [K, 4] in its pixels; words [K]."""
     quoted = answer_quotes(question)
     if not quoted or not len(words):
         return mask
@@ -297,13 +300,23 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     block_score = np.array([found[:, list(b)].any(1).sum() for b in (blocks or [])], np.int64)
     best_part = part_score.max() if count else 0
     if len(block_score) and block_score.max() > best_part and (block_score == block_score.max()).sum() == 1:
-        pixels = pixel_boxes(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
-        out = np.zeros_like(mask)
-        out[pixels[:, 1].min():pixels[:, 3].max(), pixels[:, 0].min():pixels[:, 2].max()] = True
-        return out
-    if best_part == 0:
-        return mask
-    return np.isin(labels, np.flatnonzero(part_score == best_part) + 1)
+        return _block_rectangle(boxes, blocks[int(block_score.argmax())], mask.shape)
+    kept = mask if best_part == 0 else np.isin(labels, np.flatnonzero(part_score == best_part) + 1)
+    if blocks and names_text_unit(question):
+        inside = kept[cy, cx]
+        holding = sorted({b for b, ids in enumerate(blocks) if (found[:, list(ids)].any(0) & inside[list(ids)]).any()})
+        if holding:
+            covered = [inside[list(blocks[b])].mean() for b in holding]
+            return _block_rectangle(boxes, blocks[holding[int(np.argmax(covered))]], mask.shape)
+    return kept
+
+
+def _block_rectangle(boxes: np.ndarray, block: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
+    """bool [H, W]: the rectangle around a block's words (`boxes` of the page, `block` word indices)."""
+    pixels = pixel_boxes(boxes[list(block)], shape)
+    out = np.zeros(shape, bool)
+    out[pixels[:, 1].min():pixels[:, 3].max(), pixels[:, 0].min():pixels[:, 2].max()] = True
+    return out
 
 
 def _clicks_in(clicks: np.ndarray, x0, y0, x1, y1) -> np.ndarray:

@@ -318,3 +318,22 @@ def test_a_region_of_no_words_is_not_made_and_merging_passes_over_it():
     labeller.add("code", [1])
     labeller.merge_overlapping({"code"})
     assert [(r.label, r.word_ids, r.box) for r in labeller.regions] == [("code", [0, 1], (10, 10, 90, 22))]
+
+
+@pytest.mark.parametrize("pitch", [12.5, 18.0, 25.0])
+def test_a_thesis_set_wide_apart_keeps_its_paragraphs_whole(pitch):
+    """Single, one-and-a-half and double spacing (10 pt lines, 12.5 / 18 / 25 pt apart): each of
+    two justified paragraphs is one block, however far apart the page sets its lines, and the two
+    stay apart where the gap exceeds the leading by a line."""
+    from dociq.corpus.labels_structure import _blocks
+    from dociq.corpus.pdf_page import Line
+
+    lines, y = [], 100.0
+    for paragraph in range(2):
+        for k in range(4):
+            right = 532.0 if k < 3 else 300.0                       # a short last line
+            lines.append(Line(word_ids=[len(lines)], box=(72.0, y, right, y + 10.0), size=10.0))
+            y += pitch
+        y += 10.0                                                   # the paragraph's own space
+    blocks = _blocks(lines, em=10.0)
+    assert [[ln.word_ids[0] for ln in block] for block in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7]]

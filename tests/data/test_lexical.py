@@ -4,7 +4,7 @@ import open_clip
 import torch
 
 from dociq.data.collate import DocumentCollator, lexical_match
-from dociq.data.lexical import (CASEFOLD, EXACT, FUZZY, NO_MATCH, answer_quotes, clip_word_positions,
+from dociq.data.lexical import (CASEFOLD, EXACT, FUZZY, NO_MATCH, answer_quotes, names_text_unit, clip_word_positions,
                                 match_code, match_matrix, question_content_words, within_one_edit)
 from dociq.data.schema import Page, Question
 
@@ -93,6 +93,14 @@ def test_lexical_match_without_words_is_empty():
     match, word_pos = lexical_match([[]], [["where is Berlin?"]], torch.full((1, 2), -1), 4, 32)
     assert match.shape == (1, 1, 4, 2) and match.sum() == 0
     assert word_pos[0, 0, 0].item() == 3
+
+
+def test_a_question_names_a_text_unit_only_with_a_quotation_it_holds():
+    assert names_text_unit("which paragraph mentions “Hiera”?")
+    assert names_text_unit("which bullet point mentions “Hiera”?")
+    assert not names_text_unit("where is the word “Hiera”?")
+    assert not names_text_unit("where does the section “Usage” start?")
+    assert not names_text_unit("all paragraphs")
 
 
 def test_answer_quotes_are_the_quotations_the_answer_holds():

@@ -477,6 +477,21 @@ def test_a_mask_without_the_quoted_word_becomes_the_block_that_holds_it():
     assert np.array_equal(out, expect)
 
 
+def test_a_question_naming_a_unit_gets_the_whole_block_holding_the_quoted_word():
+    boxes, words, blocks = _quoted_page()
+    word_only = np.zeros((120, 200), bool)
+    word_only[80:90, 65:120] = True                  # the decoder painted the quoted word alone
+    paragraph = np.zeros_like(word_only)
+    paragraph[80:90, 20:170] = True
+    for question in ("which paragraph mentions “required”?", "which bullet point mentions “required”?"):
+        assert np.array_equal(keep_quoted(word_only, boxes, words, question, blocks), paragraph)
+    # the mask over both paragraphs, the word in one: that one alone
+    out = keep_quoted(_both_paragraphs_painted(), boxes, words, "which paragraph mentions “required”?", blocks)
+    assert np.array_equal(out, paragraph)
+    # a question about the words themselves names no unit: the words stay the answer
+    assert np.array_equal(keep_quoted(word_only, boxes, words, "where is the word “required”?", blocks), word_only)
+
+
 def test_quotations_the_answer_need_not_hold_and_words_the_page_lacks_change_nothing():
     boxes, words, blocks = _quoted_page()
     mask = np.zeros((120, 200), bool)

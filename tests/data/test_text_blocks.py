@@ -1,0 +1,58 @@
+"""Blocks on pages that set their lines wide apart: the page's own leading, measured from its
+justified paragraphs, decides where a paragraph ends."""
+from __future__ import annotations
+
+import numpy as np
+
+from dociq.data.text_blocks import group_blocks, line_spacing, paragraph_gap
+
+
+def _paragraph_lines(top: float, lines: int, pitch: float, height: float = 10.0, width: float = 460.0):
+    """Line spans x0, y0, x1, y1 of a justified paragraph: full lines, then a short last one."""
+    spans = [[72.0, top + k * pitch, 72.0 + width, top + k * pitch + height] for k in range(lines)]
+    spans[-1][2] = 72.0 + width / 3
+    return spans
+
+
+def _words(spans) -> np.ndarray:
+    """Word boxes: each line cut into words 40 px wide with 6 px spaces, the last word to its end."""
+    boxes = []
+    for x0, y0, x1, y1 in spans:
+        x = x0
+        while x + 40 < x1:
+            boxes.append([x, y0, x + 40, y1])
+            x += 46
+        boxes.append([x, y0, x1, y1])
+    return np.array(boxes)
+
+
+def test_one_and_a_half_spacing_is_measured_and_keeps_paragraphs_whole():
+    # lines 10 px tall, 18 px apart (gap 0.8 of a line); the paragraphs 30 px apart (gap 2.0)
+    first = _paragraph_lines(100, 4, pitch=18)
+    second = _paragraph_lines(first[-1][3] + 20, 4, pitch=18)
+    spans = np.array(first + second)
+    assert abs(line_spacing(spans) - 0.8) < 1e-6
+    assert abs(paragraph_gap(spans, default=0.6) - (0.8 + 0.25)) < 1e-6
+    boxes = _words(spans)
+    blocks = group_blocks(boxes)
+    assert len(blocks) == 2
+    tops = sorted(boxes[b, 1].min() for b in blocks)
+    assert tops == [100.0, second[0][1]]
+
+
+def test_single_spacing_keeps_the_default_gap():
+    spans = np.array(_paragraph_lines(100, 5, pitch=12) + _paragraph_lines(170, 5, pitch=12))
+    assert abs(line_spacing(spans) - 0.2) < 1e-6
+    assert paragraph_gap(spans, default=0.6) == 0.6
+    assert len(group_blocks(_words(spans))) == 2
+
+
+def test_lines_that_merely_end_alike_measure_nothing():
+    # two spaced list items whose single lines happen to reach the same margin: no run of three
+    spans = np.array([[72.0, 100.0, 532.0, 110.0], [72.0, 124.0, 532.0, 134.0], [72.0, 150.0, 300.0, 160.0]])
+    assert line_spacing(spans) is None
+    assert paragraph_gap(spans, default=0.6) == 0.6
+    assert len(group_blocks(_words(spans))) == 3
+    # ragged lines (a page of code or single-line items) measure nothing either
+    ragged = np.array([[72.0, 100.0 + 14 * k, 300.0 + 37 * (k % 4), 110.0 + 14 * k] for k in range(8)])
+    assert line_spacing(ragged) is None
