@@ -74,32 +74,57 @@ def line_height(boxes: np.ndarray) -> float:
     return max(float(np.median(tall if len(tall) else heights)), 1.0)
 
 
+# A word this many times its row's text height is no text of the row: a frame's side or a rule an
+# OCR read as a glyph, a drop capital. Its box would join the rows of several lines into one.
+TALL_WORD = 2.5
+
+
+def _rows(boxes: np.ndarray, ids: np.ndarray, min_overlap: float) -> list[list[int]]:
+    """The words `ids` joined into rows: each joins the row it overlaps most vertically, when that
+    overlap is at least `min_overlap` of the shorter of the two heights."""
+    order = ids[np.argsort((boxes[ids, 1] + boxes[ids, 3]) / 2, kind="stable")]
+    spans = np.zeros((len(ids), 2))  # y0, y1 of each row so far
+    rows: list[list[int]] = []
+    for i in order:
+        y0, y1 = boxes[i, 1], boxes[i, 3]
+        top, bottom = spans[:len(rows), 0], spans[:len(rows), 1]
+        share = (np.minimum(y1, bottom) - np.maximum(y0, top)) / np.maximum(np.minimum(y1 - y0, bottom - top), 1.0)
+        best = int(share.argmax()) if len(rows) else -1     # the first row of the largest overlap
+        if best < 0 or not (share[best] >= min_overlap and share[best] > 0):
+            spans[len(rows)] = y0, y1
+            rows.append([int(i)])
+        else:
+            spans[best] = min(spans[best, 0], y0), max(spans[best, 1], y1)
+            rows[best].append(int(i))
+    return rows
+
+
+def _without_tall_words(boxes: np.ndarray, row: list[int], min_overlap: float) -> list[list[int]]:
+    """A row without its words taller than TALL_WORD x its text height (`line_height`): each of
+    those a row of its own, the others joined into rows again without them."""
+    ids = np.asarray(row)
+    tall = boxes[ids, 3] - boxes[ids, 1] > TALL_WORD * line_height(boxes[ids])
+    if not tall.any() or tall.all():
+        return [row]
+    return [[int(i)] for i in ids[tall]] + _rows(boxes, ids[~tall], min_overlap)
+
+
 def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5,
                 marks: np.ndarray | None = None) -> list[list[int]]:
     """Word indices per text line, each line left to right, lines top to bottom.
 
     A word joins the line it overlaps most vertically, when that overlap is at least `min_overlap`
-    of the shorter of the two heights; a line is then split where the horizontal gap between two
+    of the shorter of the two heights; a word over TALL_WORD x its line's text height (a frame's
+    side an OCR read as "|") is set apart and the line's other words joined again without it, else
+    its box joins the lines of both columns beside it. A line is then split where the horizontal gap between two
     neighbours exceeds `gap_factor` x the line's median word height (column gutters, table
     cells), which is far wider than a space between words. Punctuation (`line_marks`) neither
     sets the line height nor opens a gap, so a contents line's dot leaders stay one line; `marks`
     (bool [N], e.g. `leader_words`) names more words that open no gap — leader dots whose boxes
     are as tall as the line's letters."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
-    order = np.argsort((boxes[:, 1] + boxes[:, 3]) / 2, kind="stable")
-    spans = np.zeros((len(boxes), 2))  # y0, y1 of each line so far
-    lines: list[list[int]] = []
-    for i in order:
-        y0, y1 = boxes[i, 1], boxes[i, 3]
-        top, bottom = spans[:len(lines), 0], spans[:len(lines), 1]
-        share = (np.minimum(y1, bottom) - np.maximum(y0, top)) / np.maximum(np.minimum(y1 - y0, bottom - top), 1.0)
-        best = int(share.argmax()) if len(lines) else -1     # the first line of the largest overlap
-        if best < 0 or not (share[best] >= min_overlap and share[best] > 0):
-            spans[len(lines)] = y0, y1
-            lines.append([int(i)])
-        else:
-            spans[best] = min(spans[best, 0], y0), max(spans[best, 1], y1)
-            lines[best].append(int(i))
+    lines = [row for joined in _rows(boxes, np.arange(len(boxes)), min_overlap)
+             for row in _without_tall_words(boxes, joined, min_overlap)]
     out = []
     for line in lines:
         line.sort(key=lambda k: boxes[k, 0])

@@ -56,3 +56,19 @@ def test_lines_that_merely_end_alike_measure_nothing():
     # ragged lines (a page of code or single-line items) measure nothing either
     ragged = np.array([[72.0, 100.0 + 14 * k, 300.0 + 37 * (k % 4), 110.0 + 14 * k] for k in range(8)])
     assert line_spacing(ragged) is None
+
+
+def test_a_frame_side_read_as_a_tall_word_joins_no_lines():
+    """A code frame's side that an OCR read as "|" (40 px tall beside 10-px lines) would join the
+    three lines of both columns beside it into one; it stands apart and the columns stay apart."""
+    from dociq.data.text_blocks import group_lines
+
+    boxes = []
+    for k in range(3):
+        y = 100.0 + 14 * k
+        boxes += [[80, y, 140, y + 10], [146, y, 220, y + 10],        # left column
+                  [380, y, 440, y + 10], [446, y, 520, y + 10]]       # right column
+    boxes.append([372, 98, 376, 140])                                 # the frame's side
+    lines = group_lines(np.array(boxes, float))
+    assert sorted(map(sorted, lines)) == sorted([[4 * k, 4 * k + 1] for k in range(3)]
+                                                + [[4 * k + 2, 4 * k + 3] for k in range(3)] + [[12]])
