@@ -300,22 +300,21 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     block_score = np.array([found[:, list(b)].any(1).sum() for b in (blocks or [])], np.int64)
     best_part = part_score.max() if count else 0
     if len(block_score) and block_score.max() > best_part and (block_score == block_score.max()).sum() == 1:
-        return _block_rectangle(boxes, blocks[int(block_score.argmax())], mask.shape)
+        return _unit_mask(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
     kept = mask if best_part == 0 else np.isin(labels, np.flatnonzero(part_score == best_part) + 1)
     if blocks and names_text_unit(question):
         inside = kept[cy, cx]
         holding = sorted({b for b, ids in enumerate(blocks) if (found[:, list(ids)].any(0) & inside[list(ids)]).any()})
         if holding:
             covered = [inside[list(blocks[b])].mean() for b in holding]
-            return _block_rectangle(boxes, blocks[holding[int(np.argmax(covered))]], mask.shape)
+            return _unit_mask(boxes[list(blocks[holding[int(np.argmax(covered))]])], mask.shape)
     return kept
 
 
-def _block_rectangle(boxes: np.ndarray, block: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
-    """bool [H, W]: the rectangle around a block's words (`boxes` of the page, `block` word indices)."""
-    pixels = pixel_boxes(boxes[list(block)], shape)
+def _unit_mask(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """bool [H, W]: the region of a unit's words, drawn as `fill_unit` draws it."""
     out = np.zeros(shape, bool)
-    out[pixels[:, 1].min():pixels[:, 3].max(), pixels[:, 0].min():pixels[:, 2].max()] = True
+    fill_unit(out, word_boxes)
     return out
 
 
