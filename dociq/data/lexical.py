@@ -145,6 +145,26 @@ def match_matrix(question: str, words: Sequence[str], max_words: int) -> tuple[n
     return codes, [i for i, _ in content]
 
 
+# A word's letter runs: "SPI_getbinval" -> SPI, getbinval; "self-serve" -> self, serve. A page's
+# questions quote such runs (`dociq.data.synthetic.questions`), and an OCR reads a compound as one word.
+_LETTER_RUN = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
+def quoted_in_parts(quoted: Sequence[str], words: Sequence[str]) -> np.ndarray:
+    """bool [J, K]: whether page word k holds quoted word j as one of its letter runs, case-folded
+    ("getbinval" in "SPI_getbinval", "serve" in "self-serve"), or one edit away from one for words
+    of FUZZY_MIN_LENGTH letters or more (an OCR's misread letter)."""
+    out = np.zeros((len(quoted), len(words)), bool)
+    runs = [[r.casefold() for r in _LETTER_RUN.findall(str(w))] for w in words]
+    for j, q in enumerate(quoted):
+        qf = q.casefold()
+        fuzzy = len(qf) >= FUZZY_MIN_LENGTH
+        for k, parts in enumerate(runs):
+            out[j, k] = any(r == qf or (fuzzy and len(r) >= FUZZY_MIN_LENGTH and within_one_edit(r, qf))
+                            for r in parts)
+    return out
+
+
 @lru_cache(maxsize=4096)
 def _bpe_length(word: str) -> int:
     from open_clip.tokenizer import _tokenizer

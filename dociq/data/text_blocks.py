@@ -173,6 +173,19 @@ def opens_list_item(word: str) -> bool:
     return bool(_ITEM_OPENER.match(str(word).strip()))
 
 
+# What tesseract reads a typeset bullet ("•", "◦", "▪") as, alone at the head of a line: on scanned
+# manual pages these open list items at least twice as often as they start other lines ("=", "."
+# and "@" open code lines more often, and stay out).
+BULLET_READINGS = frozenset("e o \u00ab \u00bb \u00a9 \u00ae \u00a2 + \u2014 \u00b0".split())
+
+
+def read_bullets(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
+    """bool [N]: the words an OCR engine may have read from a bullet (BULLET_READINGS)."""
+    if words is None:
+        return np.zeros(count, bool)
+    return np.array([str(w).strip() in BULLET_READINGS for w in words], bool)
+
+
 def numbering_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
     """bool [N]: the words that can number what follows them on a line: a bullet, a list item's
     enumerator ("3.", "b)", "iv.") or a heading's number ("5.3", "A.1")."""
@@ -191,6 +204,7 @@ def leader_words(words: Sequence[str] | None, count: int = 0) -> np.ndarray:
 
 
 LEADING_MARGIN = 0.25       # a paragraph's gap exceeds the page's line spacing by more than this, in lines
+RUN_WIDTH = 25              # a run measuring the leading is at least this many line heights wide
 
 
 def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs: int = 3) -> float | None:
@@ -213,7 +227,7 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
         a = int(np.where(candidates, spans[:, 3], -np.inf).argmax())      # the nearest line above, any extent
         taller = max(heights[a], heights[j])
         same_extent = abs(spans[a, 0] - x0) <= 0.5 * taller and abs(spans[a, 2] - x1) <= 0.5 * taller
-        if same_extent and x1 - x0 >= 25 * taller and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
+        if same_extent and x1 - x0 >= RUN_WIDTH * taller and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
             above[j] = a
     in_run = (above >= 0) & ((above[np.maximum(above, 0)] >= 0) | np.isin(np.arange(len(spans)), above))
     gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(in_run)]
@@ -255,7 +269,8 @@ def join_tests(prev: np.ndarray, prev_height: np.ndarray, span: np.ndarray, heig
 def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max_gap: float = 0.6,
                  max_height_ratio: float = 1.3, min_x_overlap: float = 0.5,
                  opens_item: np.ndarray | None = None, split_indented: bool = False,
-                 split_entries: bool = False, word_heights: bool = False) -> list[list[int]]:
+                 split_entries: bool = False, word_heights: bool = False,
+                 ends_entry: np.ndarray | None = None) -> list[list[int]]:
     """Word indices per text block (paragraph, list item, code listing, heading), top to bottom.
 
     Lines (`group_lines`) are joined top to bottom: a line joins the block whose last line is just
@@ -270,13 +285,16 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     and is not centred under it — a definition's text under its term, a nested item, a reply —
     unless the line above opens a list item (an item's text wraps right of its bullet).
     With `split_entries`, a line holding LEADER_DOTS or more leader dots ends a contents entry: the
-    next line starts a block (an entry that wraps keeps its lines up to the one with the leaders).
+    next line starts a block (an entry that wraps keeps its lines up to the one with the leaders);
+    so does a line holding a word marked in `ends_entry` (bool [N]: leaders drawn right of it, as
+    an OCR leaves them out: `drawn_leaders`), whose gap to the page number opens no new line.
     With `word_heights`, a line's height is its words' (`line_height`), not its extent: an OCR's
     stray glyph, or one word whose box reaches towards the line below, stretches a line's extent
     to two lines, and a height test would set it apart from its paragraph."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
-    lines = group_lines(boxes, marks=leaders)
+    ends_entry = np.zeros(len(boxes), bool) if ends_entry is None else np.asarray(ends_entry, bool)
+    lines = group_lines(boxes, marks=leaders | ends_entry)     # an entry's title and page number stay one line
     spans = np.array([[boxes[ln, 0].min(), boxes[ln, 1].min(), boxes[ln, 2].max(), boxes[ln, 3].max()]
                       for ln in lines]).reshape(-1, 4)
     heights = np.array([line_height(boxes[ln]) for ln in lines]) if word_heights else spans[:, 3] - spans[:, 1]
@@ -287,7 +305,7 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     last_ends = np.zeros(len(lines), bool)   # whether that line ends a contents entry
     last_height = np.zeros(len(lines))       # that line's height
     for line, span, height in zip(lines, spans, heights):
-        ends = int(leaders[line].sum()) >= LEADER_DOTS
+        ends = int(leaders[line].sum()) >= LEADER_DOTS or bool(ends_entry[line].any())
         opener = (words is not None and opens_list_item(words[line[0]])) \
             or (opens_item is not None and bool(opens_item[line[0]]))
         tests = join_tests(last[:len(blocks)], last_height[:len(blocks)], span, height, max_gap,
@@ -355,19 +373,66 @@ def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
     return out
 
 
+def drawn_leaders(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 0.6,
+                  max_size: float = 0.35, reach: float = 40.0) -> np.ndarray:
+    """bool [N]: the words a contents or index line's leader dots follow ("Usage . . . . 12"), seen
+    on the `image` — an OCR reads the title and the page number and leaves the dots out, so the
+    entries of a contents page sit as close as a paragraph's lines. A line piece's last word is
+    followed by leaders when the strip right of it (to the next word of its row, or `reach` x the
+    line height) holds at least LEADER_DOTS blobs of ink, each no larger than `max_size` x the
+    line height either way and in the line's lower half, and nothing larger.
+
+    image uint8 [H, W] or [H, W, 3], the page the boxes [N, 4] are in pixels of; ink is darker than
+    `ink_below` x the page's median brightness (its paper)."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    out = np.zeros(len(boxes), bool)
+    gray = np.asarray(image, dtype=np.float32)
+    gray = gray.mean(-1) if gray.ndim == 3 else gray
+    if not len(boxes) or gray.size == 0:
+        return out
+    ink = gray < ink_below * float(np.median(gray))
+    h_img, w_img = ink.shape
+    for piece in group_lines(boxes):
+        b = boxes[piece]
+        height = line_height(b)
+        last = piece[-1]
+        y0, y1 = max(int(b[:, 1].min()), 0), min(int(np.ceil(b[:, 3].max())), h_img)
+        x0 = int(np.ceil(boxes[last, 2] + 0.1 * height))
+        level = (boxes[:, 1] < y1) & (boxes[:, 3] > y0) & (boxes[:, 0] > boxes[last, 2])
+        x1 = int(min(boxes[level, 0].min() - 0.1 * height if level.any() else np.inf,
+                     boxes[last, 2] + reach * height, w_img))
+        if x1 - x0 < LEADER_DOTS * 0.5 * height or y1 <= y0:
+            continue
+        labels, count = ndimage.label(ink[y0:y1, x0:x1])
+        if count < LEADER_DOTS:
+            continue
+        found = ndimage.find_objects(labels)
+        small = all((r.stop - r.start) <= max_size * height and (c.stop - c.start) <= max_size * height
+                    for r, c in found)
+        low = sum((r.start + r.stop) / 2 >= (y1 - y0) / 2 for r, _ in found)
+        out[last] = small and low >= LEADER_DOTS
+    return out
+
+
 def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                 slope: float | None = None, ocr: bool = False) -> list[list[int]]:
     """The text blocks a reader sees on a page: `group_blocks` with the list items whose bullets are
     drawn on the `image` (`drawn_bullets`), indented lines (`split_indented`) and contents entries
     (`split_entries`) set apart, grouped as if the page's text lines were level (`level_boxes`;
     `slope` dy / dx, None: `skew_slope` of the words). With `ocr` (the words are an OCR engine's),
-    lines are compared by their words' heights (`group_blocks`' `word_heights`). What masks are completed to and
+    lines are compared by their words' heights (`group_blocks`' `word_heights`), a bullet read as
+    a letter opens an item (`read_bullets`) and leader dots the OCR left out end a contents entry
+    (`drawn_leaders`). What masks are completed to and
     `segment-page` starts its text regions from; the model's own input (`collate`) groups the words
     alone, as it was trained."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     slope = skew_slope(boxes) if slope is None and len(boxes) else (slope or 0.0)
-    return group_blocks(level_boxes(boxes, slope), words, opens_item=drawn_bullets(image, boxes),
-                        split_indented=True, split_entries=True, word_heights=ocr)
+    opens_item = drawn_bullets(image, boxes)
+    if ocr:
+        opens_item |= read_bullets(words, len(boxes))
+    return group_blocks(level_boxes(boxes, slope), words, opens_item=opens_item,
+                        split_indented=True, split_entries=True, word_heights=ocr,
+                        ends_entry=drawn_leaders(image, boxes) if ocr else None)
 
 
 def block_boxes(word_boxes: np.ndarray, words: Sequence[str] | None = None,

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix, names_text_unit
+from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix, names_text_unit, quoted_in_parts
 from dociq.data.masks import mask_box
 from dociq.data.text_blocks import group_blocks, group_lines, leader_words, level_boxes, numbering_words
 
@@ -272,7 +272,8 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     """A question that quotes text its answer holds ("which paragraph mentions “under”?",
     "where does the section “1 Usage” start?": `lexical.answer_quotes`) is answered by a region
     holding it. Each quoted word's page words are its best matches on the page (exact, then
-    case-folded, then one edit away: `lexical.match_code`); a set of words holds as much of the
+    case-folded, then one edit away: `lexical.match_code`), else those holding it as a letter run
+    ("getbinval" in "SPI_getbinval": `lexical.quoted_in_parts`); a set of words holds as much of the
     quotation as the quoted words it has a match of. The mask's parts holding less than the best
     of them are dropped; when some text block (`blocks`, word indices) holds more of the quotation
     than any part, the mask is that block instead, if it is the only one. Unchanged when the page
@@ -285,6 +286,8 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
         return mask
     codes, _ = match_matrix(" ".join(f"\u201c{w}\u201d" for w in quoted), list(words), len(quoted))
     found = (codes > NO_MATCH) & (codes == codes.max(1, keepdims=True))    # [J, K]: best matches per quoted word
+    unmatched = ~found.any(1)
+    found[unmatched] = quoted_in_parts([q for q, u in zip(quoted, unmatched) if u], list(words))
     if not found.any():
         return mask
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)

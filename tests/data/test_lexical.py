@@ -5,6 +5,7 @@ import torch
 
 from dociq.data.collate import DocumentCollator, lexical_match
 from dociq.data.lexical import (CASEFOLD, EXACT, FUZZY, NO_MATCH, answer_quotes, names_text_unit, clip_word_positions,
+                                quoted_in_parts,
                                 match_code, match_matrix, question_content_words, within_one_edit)
 from dociq.data.schema import Page, Question
 
@@ -101,6 +102,19 @@ def test_a_question_names_a_text_unit_only_with_a_quotation_it_holds():
     assert not names_text_unit("where is the word “Hiera”?")
     assert not names_text_unit("where does the section “Usage” start?")
     assert not names_text_unit("all paragraphs")
+
+
+def test_a_quoted_word_is_found_as_a_letter_run_of_a_compound_word():
+    words = ["SPI_getbinval", "self-serve", "method’s", "co-authors,", "servant", "getbin"]
+    held = quoted_in_parts(["getbinval", "serve", "Method", "authors", "getbinvel", "bin"], words)
+    assert held.tolist() == [
+        [True, False, False, False, False, False],    # after the underscore
+        [False, True, False, False, False, False],    # after the hyphen; "servant" is no run of it
+        [False, False, True, False, False, False],    # case-folded, before the apostrophe
+        [False, False, False, True, False, False],
+        [True, False, False, False, False, False],    # one edit away, long enough
+        [False, False, False, False, False, False],   # a run's piece is not a run
+    ]
 
 
 def test_answer_quotes_are_the_quotations_the_answer_holds():

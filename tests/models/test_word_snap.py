@@ -274,6 +274,51 @@ def test_a_line_an_ocr_stretched_stays_in_its_paragraph():
     assert page_blocks(page, boxes, words, slope=0.0) == [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
 
 
+def test_bullets_an_ocr_read_as_letters_open_list_items():
+    from dociq.data.text_blocks import page_blocks
+
+    # four items of a bulleted list, 4 px apart like a paragraph's lines; tesseract read the
+    # bullets as "e", "\u00a9", "\u00ab" and "+" (and a "e" inside a line is a word as any other)
+    rows = [("e", "Operating", "System"), ("\u00a9", "Process", "Control"), ("\u00ab", "Data", "e"),
+            ("+", "Codec", "registry")]
+    boxes, words = [], []
+    for r, row in enumerate(rows):
+        y = 50 + 14 * r
+        boxes += [[20, y, 25, y + 10], [33, y, 90, y + 10], [95, y, 150, y + 10]]
+        words += list(row)
+    boxes = np.array(boxes, float)
+    page = np.full((200, 200, 3), 255, np.uint8)
+    assert page_blocks(page, boxes, words, slope=0.0, ocr=True) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    # a text layer's "e" or "\u00a9" is what it says: the lines stay one block
+    assert page_blocks(page, boxes, words, slope=0.0) == [list(range(12))]
+
+
+def test_contents_entries_whose_leaders_an_ocr_left_out_stay_apart_and_whole():
+    from dociq.data.text_blocks import drawn_leaders, page_blocks
+
+    # three contents entries 4 px apart: a title, dot leaders drawn on the page (the OCR read none
+    # of them), the page number at the right margin
+    page = np.full((120, 300, 3), 255, np.uint8)
+    boxes, words = [], []
+    for r, (title, number) in enumerate([("Introduction", "4"), ("Usage", "7"), ("Options", "12")]):
+        y = 20 + 14 * r
+        boxes += [[20, y, 90, y + 10], [262, y, 275, y + 10]]
+        words += [title, number]
+        for x in range(100, 255, 6):
+            page[y + 7:y + 9, x:x + 2] = 0               # a dot on the baseline
+    boxes = np.array(boxes, float)
+    assert drawn_leaders(page, boxes).tolist() == [True, False] * 3
+    assert page_blocks(page, boxes, words, slope=0.0, ocr=True) == [[0, 1], [2, 3], [4, 5]]
+    # without the dots the titles are a paragraph's lines, the numbers a column of their own
+    blank = np.full_like(page, 255)
+    assert not drawn_leaders(blank, boxes).any()
+    assert page_blocks(blank, boxes, words, slope=0.0, ocr=True) == [[0, 2, 4], [1, 3, 5]]
+    # a dash drawn there is no leader
+    page[22:30, 100:255] = 255
+    page[25:27, 100:255] = 0
+    assert not drawn_leaders(page, boxes)[0]
+
+
 def test_a_tables_cells_are_completed_apart_even_with_narrow_gutters():
     from dociq.models.word_snap import field_units, snap_to_blocks
 
@@ -490,6 +535,23 @@ def test_a_question_naming_a_unit_gets_the_whole_block_holding_the_quoted_word()
     assert np.array_equal(out, paragraph)
     # a question about the words themselves names no unit: the words stay the answer
     assert np.array_equal(keep_quoted(word_only, boxes, words, "where is the word “required”?", blocks), word_only)
+
+
+def test_a_quoted_word_inside_a_compound_word_finds_the_block_holding_it():
+    """Questions quote a word's letter runs ("getbinval"); the page, as an OCR reads it, holds the
+    compound ("SPI_getbinval")."""
+    boxes, words, blocks = _quoted_page()
+    words[4] = "SPI_required()"
+    word_only = np.zeros((120, 200), bool)
+    word_only[20:30, 65:100] = True                  # the decoder painted a word of the other paragraph
+    paragraph = np.zeros_like(word_only)
+    paragraph[80:90, 20:170] = True
+    out = keep_quoted(word_only, boxes, words, "which paragraph mentions “required”?", blocks)
+    assert np.array_equal(out, paragraph)
+    # a whole-word match elsewhere on the page is the better match
+    words[1] = "required"
+    out = keep_quoted(word_only, boxes, words, "which paragraph mentions “required”?", blocks)
+    assert out[25, 80] and not out[85, 80]
 
 
 def test_quotations_the_answer_need_not_hold_and_words_the_page_lacks_change_nothing():
