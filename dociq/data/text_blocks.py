@@ -77,6 +77,8 @@ def line_height(boxes: np.ndarray) -> float:
 # A word this many times its row's text height is no text of the row: a frame's side or a rule an
 # OCR read as a glyph, a drop capital. Its box would join the rows of several lines into one.
 TALL_WORD = 2.5
+# A word this many times its row's text height may be one an OCR boxed across two lines.
+BRIDGE_WORD = 1.8
 
 
 def _rows(boxes: np.ndarray, ids: np.ndarray, min_overlap: float) -> list[list[int]]:
@@ -101,12 +103,22 @@ def _rows(boxes: np.ndarray, ids: np.ndarray, min_overlap: float) -> list[list[i
 
 def _without_tall_words(boxes: np.ndarray, row: list[int], min_overlap: float) -> list[list[int]]:
     """A row without its words taller than TALL_WORD x its text height (`line_height`): each of
-    those a row of its own, the others joined into rows again without them."""
+    those a row of its own, the others joined into rows again without them. A word over
+    BRIDGE_WORD x the text height that joined two rows into one (an OCR's box two lines tall) is
+    set apart too, then joins the row it overlaps most."""
     ids = np.asarray(row)
-    tall = boxes[ids, 3] - boxes[ids, 1] > TALL_WORD * line_height(boxes[ids])
-    if not tall.any() or tall.all():
+    heights, text = boxes[ids, 3] - boxes[ids, 1], line_height(boxes[ids])
+    tall, bridge = heights > TALL_WORD * text, heights > BRIDGE_WORD * text
+    if not bridge.any() or bridge.all():
         return [row]
-    return [[int(i)] for i in ids[tall]] + _rows(boxes, ids[~tall], min_overlap)
+    rows = _rows(boxes, ids[~bridge], min_overlap)
+    if len(rows) == 1:                        # the tall-ish words joined no rows: they stay in it
+        rows = [[int(i) for i in ids[~tall]]]
+    else:
+        for i in ids[bridge & ~tall]:
+            overlap = [min(boxes[i, 3], boxes[r, 3].max()) - max(boxes[i, 1], boxes[r, 1].min()) for r in rows]
+            rows[int(np.argmax(overlap))].append(int(i))
+    return [[int(i)] for i in ids[tall]] + rows
 
 
 def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: float = 1.5,

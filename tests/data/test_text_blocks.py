@@ -72,3 +72,18 @@ def test_a_frame_side_read_as_a_tall_word_joins_no_lines():
     lines = group_lines(np.array(boxes, float))
     assert sorted(map(sorted, lines)) == sorted([[4 * k, 4 * k + 1] for k in range(3)]
                                                 + [[4 * k + 2, 4 * k + 3] for k in range(3)] + [[12]])
+
+
+def test_a_word_boxed_two_lines_tall_joins_one_line_and_merges_none():
+    """An OCR's garbled word boxed across two lines (24 px beside 12-px words, 16 px apart) joins
+    the line it overlaps most; the line below stays a line of its own."""
+    from dociq.data.text_blocks import group_lines
+
+    top = [[20, 100, 80, 112], [86, 100, 150, 112], [156, 100, 220, 112]]
+    below = [[20, 116, 80, 128], [86, 116, 150, 128], [156, 116, 220, 128]]
+    garbled = [[222, 101, 240, 125]]                  # 13 px over the top line, 9 over the one below
+    lines = group_lines(np.array(top + below + garbled, float))
+    assert sorted(map(sorted, lines)) == [[0, 1, 2, 6], [3, 4, 5]]
+    # a word a little taller than its line (a capital, a bracket) changes nothing
+    lines = group_lines(np.array(top + below + [[222, 99, 240, 115]], float))
+    assert sorted(map(sorted, lines)) == [[0, 1, 2, 6], [3, 4, 5]]
