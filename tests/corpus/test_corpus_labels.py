@@ -337,3 +337,23 @@ def test_a_thesis_set_wide_apart_keeps_its_paragraphs_whole(pitch):
         y += 10.0                                                   # the paragraph's own space
     blocks = _blocks(lines, em=10.0)
     assert [[ln.word_ids[0] for ln in block] for block in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_questions_quote_whole_words_accented_ones_included_never_fragments():
+    """A text layer spells "Einrückung" whole but a typeset accent apart ("espec´ıficas"): the
+    questions quote the first whole, and no fragment of the second ("ficas" is no word a reader
+    would ask for)."""
+    import random
+
+    from dociq.corpus.questions import page_questions
+
+    words = ["Die", "Einrückung", "der", "Zeilen.", "Encorajamos", "espec´ıficas", "P´os-graduac¸˜ao"]
+    boxes = [[20 + 60 * k, 20, 70 + 60 * k, 32] for k in range(4)] + [[20 + 80 * k, 60, 90 + 80 * k, 72] for k in range(3)]
+    regions = [{"label": "paragraph", "box": [20, 20, 260, 32], "word_ids": [0, 1, 2, 3]},
+               {"label": "paragraph", "box": [20, 60, 250, 72], "word_ids": [4, 5, 6]}]
+    quoted = set()
+    for seed in range(20):
+        for q in page_questions(words, boxes, regions, [], 100, 300, random.Random(seed), 12):
+            if "mentions" in q["text"]:
+                quoted.add((q["text"].split("\u201c")[1].rstrip("\u201d?"), tuple(q["region_ids"])))
+    assert quoted == {("Einrückung", (0,)), ("Zeilen", (0,)), ("Encorajamos", (1,))}

@@ -38,7 +38,12 @@ LAYOUT_PHRASES = {
     "code": (["the code listing", "where is the code?"], ["all code listings", "every code block"]),
 }
 
-_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{5,}(?![A-Za-z])")
+# A word a question quotes: a run of five or more Latin letters, accented ones included ("Einrückung"),
+# whole — not bordered by another letter or by a spacing accent, where a text layer spells a
+# typeset accent apart ("espec´ıficas", "Titula¸c˜ao") and a run would be a word's fragment.
+_LETTER = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
+_SPACING_ACCENTS = "\u00b4\u00b8\u02dc\u00a8\u02c6\u0060\u02d8\u02d9\u02da\u02dd\u02c7\u00af"
+_WORD = re.compile(rf"(?<![{_LETTER}{_SPACING_ACCENTS}])[{_LETTER}]{{5,}}(?![{_LETTER}{_SPACING_ACCENTS}])")
 
 
 def _layout(draft: Draft, rng: random.Random) -> list[tuple[str, list[int]]]:
