@@ -345,6 +345,26 @@ def page_ink(image: np.ndarray, contrast: int = INK_CONTRAST) -> np.ndarray:
     return (np.abs(pixels - paper.astype(np.int16)) > contrast).any(-1)
 
 
+def _dark_ink(image: np.ndarray, ink_below: float) -> np.ndarray:
+    """bool [H, W]: the pixels of a page (uint8 [H, W, 3] or [H, W]) darker than `ink_below` x its
+    median brightness (its paper)."""
+    gray = np.asarray(image, dtype=np.float32)
+    gray = gray.mean(-1) if gray.ndim == 3 else gray
+    if gray.size == 0:
+        return np.zeros(gray.shape, bool)
+    return gray < ink_below * float(np.median(gray))
+
+
+def _pieces_on_ink(image: np.ndarray, word_boxes: np.ndarray, ink_below: float) -> tuple:
+    """The word boxes float64 [N, 4], the page's dark ink (`_dark_ink`) and its line pieces
+    (`group_lines`), each with its height (`line_height`): none without words or a page."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    ink = _dark_ink(image, ink_below)
+    if not len(boxes) or ink.size == 0:
+        return boxes, ink, []
+    return boxes, ink, [(piece, line_height(boxes[piece])) for piece in group_lines(boxes)]
+
+
 def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 0.6,
                   reach: float = 2.0, max_size: float = 0.6) -> np.ndarray:
     """bool [N]: the words that open a list item whose bullet is drawn, not written — a CSS list
@@ -355,17 +375,11 @@ def drawn_bullets(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
 
     image uint8 [H, W] or [H, W, 3], the page the boxes [N, 4] are in pixels of; ink is darker than
     `ink_below` x the page's median brightness (its paper)."""
-    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    boxes, ink, pieces = _pieces_on_ink(image, word_boxes, ink_below)
     out = np.zeros(len(boxes), bool)
-    gray = np.asarray(image, dtype=np.float32)
-    gray = gray.mean(-1) if gray.ndim == 3 else gray
-    if not len(boxes) or gray.size == 0:
-        return out
-    ink = gray < ink_below * float(np.median(gray))
     h_img, w_img = ink.shape
-    for piece in group_lines(boxes):
+    for piece, height in pieces:
         b = boxes[piece]
-        height = line_height(b)
         y0, y1 = int(b[:, 1].min()), int(np.ceil(b[:, 3].max()))
         x1 = int(boxes[piece[0], 0] - 0.1 * height)
         x0 = int(boxes[piece[0], 0] - reach * height)
@@ -392,21 +406,13 @@ def drawn_leaders(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
     entries of a contents page sit as close as a paragraph's lines. A line piece's last word is
     followed by leaders when the strip right of it (to the next word of its row, or `reach` x the
     line height) holds at least LEADER_DOTS blobs of ink, each no larger than `max_size` x the
-    line height either way and in the line's lower half, and nothing larger.
-
-    image uint8 [H, W] or [H, W, 3], the page the boxes [N, 4] are in pixels of; ink is darker than
-    `ink_below` x the page's median brightness (its paper)."""
-    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    line height either way and in the line's lower half, and nothing larger. `image`, `word_boxes`
+    and `ink_below` as `drawn_bullets`'."""
+    boxes, ink, pieces = _pieces_on_ink(image, word_boxes, ink_below)
     out = np.zeros(len(boxes), bool)
-    gray = np.asarray(image, dtype=np.float32)
-    gray = gray.mean(-1) if gray.ndim == 3 else gray
-    if not len(boxes) or gray.size == 0:
-        return out
-    ink = gray < ink_below * float(np.median(gray))
     h_img, w_img = ink.shape
-    for piece in group_lines(boxes):
+    for piece, height in pieces:
         b = boxes[piece]
-        height = line_height(b)
         last = piece[-1]
         y0, y1 = max(int(b[:, 1].min()), 0), min(int(np.ceil(b[:, 3].max())), h_img)
         x0 = int(np.ceil(boxes[last, 2] + 0.1 * height))
