@@ -57,6 +57,29 @@ def test_divergence_stops_the_run_and_keeps_the_good_last_ckpt(tmp_path):
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
 
 
+def test_a_non_finite_gradient_under_a_finite_loss_is_named_in_the_error():
+    from types import SimpleNamespace
+
+    from dociq.training.callbacks import NonFiniteTrainingError, StopOnNonFinite
+
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    for p in net.parameters():
+        p.grad = torch.zeros_like(p)
+    net[1].weight.grad[0, 0] = float("inf")
+    trainer = SimpleNamespace(global_step=1, checkpoint_callback=None,
+                              optimizers=[torch.optim.SGD(net.parameters(), lr=0.1)])
+    stop = StopOnNonFinite()
+    stop.on_before_optimizer_step(trainer, net, None)
+    stop.on_train_batch_end(trainer, net, {"loss": torch.tensor(1.0)}, None, 0)   # weights still finite
+    with torch.no_grad():
+        net[0].bias.fill_(float("nan"))      # what clipping an inf gradient does to every parameter
+    with pytest.raises(NonFiniteTrainingError) as err:
+        stop.on_train_batch_end(trainer, net, {"loss": torch.tensor(1.0)}, None, 0)
+    message = str(err.value)
+    assert "weights are not finite after the optimizer step (0.bias)" in message
+    assert "the gradients of 1.weight were not, before clipping" in message
+
+
 def test_nan_loss_exits_non_zero_on_the_command_line(tmp_path):
     env = dict(os.environ, DOCIQ_ROOT=str(tmp_path), PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="0")
     out = subprocess.run([sys.executable, str(REPO / "train.py"), *SMOKE, "optim.optimizer.lr=1e3",

@@ -40,12 +40,14 @@ def last_good_checkpoint(trainer: L.Trainer) -> str:
     return path or "none (no checkpoint was saved before this step)"
 
 
-def non_finite_parameters(module: torch.nn.Module, limit: int = 3) -> list[str]:
-    """Names of (up to `limit`) parameters holding NaN/inf; one host sync when all are finite."""
-    named = [(n, p) for n, p in module.named_parameters()]
+def non_finite_parameters(module: torch.nn.Module, limit: int = 3, grads: bool = False) -> list[str]:
+    """Names of (up to `limit`) parameters holding NaN/inf — or, with `grads`, whose gradients do;
+    one host sync when all are finite."""
+    named = [(n, p.grad if grads else p) for n, p in module.named_parameters()]
+    named = [(n, t) for n, t in named if t is not None]
     if not named:
         return []
-    norms = torch.stack(torch._foreach_norm([p.detach() for _, p in named]))
+    norms = torch.stack(torch._foreach_norm([t.detach() for _, t in named]))
     finite = torch.isfinite(norms)
     if bool(finite.all()):
         return []
@@ -60,6 +62,15 @@ class StopOnNonFinite(Callback):
     last good checkpoint and the fix; the process exits non-zero.
     """
 
+    def __init__(self) -> None:
+        self.bad_gradients: list[str] = []
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
+        # Before clipping: one inf gradient turns every clipped gradient into NaN, so only here can
+        # the error name where the backward pass went wrong. Recorded, not raised: SubspaceNGD
+        # skips a step with a non-finite gradient by itself (optim.optimizer.max_skips_in_row).
+        self.bad_gradients = non_finite_parameters(pl_module, grads=True)
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
@@ -68,6 +79,9 @@ class StopOnNonFinite(Callback):
             what = f"the training loss is {loss.detach().float().mean().item()}"
         elif bad := non_finite_parameters(pl_module):
             what = f"weights are not finite after the optimizer step ({', '.join(bad)})"
+            if self.bad_gradients:
+                what += (f"; the loss was finite but the gradients of {', '.join(self.bad_gradients)} "
+                         "were not, before clipping")
         if what is None:
             return
         raise NonFiniteTrainingError(self.message(trainer, what))
