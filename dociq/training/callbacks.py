@@ -40,18 +40,25 @@ def last_good_checkpoint(trainer: L.Trainer) -> str:
     return path or "none (no checkpoint was saved before this step)"
 
 
-def non_finite_parameters(module: torch.nn.Module, limit: int = 3, grads: bool = False) -> list[str]:
-    """Names of (up to `limit`) parameters holding NaN/inf — or, with `grads`, whose gradients do;
-    one host sync when all are finite."""
-    named = [(n, p.grad if grads else p) for n, p in module.named_parameters()]
-    named = [(n, t) for n, t in named if t is not None]
-    if not named:
+def tensor_norms(named: list[tuple[str, torch.Tensor]]) -> torch.Tensor | None:
+    """The norm of each named tensor, as one tensor on their device (no host sync); None for none."""
+    return torch.stack(torch._foreach_norm([t.detach() for _, t in named])) if named else None
+
+
+def non_finite_names(names: list[str], norms: torch.Tensor | None, limit: int = 3) -> list[str]:
+    """The (up to `limit`) names whose norm is NaN/inf; one host sync when all are finite."""
+    if norms is None:
         return []
-    norms = torch.stack(torch._foreach_norm([t.detach() for _, t in named]))
     finite = torch.isfinite(norms)
     if bool(finite.all()):
         return []
-    return [named[i][0] for i in torch.nonzero(~finite).flatten()[:limit].tolist()]
+    return [names[i] for i in torch.nonzero(~finite).flatten()[:limit].tolist()]
+
+
+def non_finite_parameters(module: torch.nn.Module, limit: int = 3) -> list[str]:
+    """Names of (up to `limit`) parameters holding NaN/inf; one host sync when all are finite."""
+    named = list(module.named_parameters())
+    return non_finite_names([n for n, _ in named], tensor_norms(named), limit)
 
 
 class StopOnNonFinite(Callback):
@@ -63,13 +70,15 @@ class StopOnNonFinite(Callback):
     """
 
     def __init__(self) -> None:
-        self.bad_gradients: list[str] = []
+        self._gradients: tuple[list[str], torch.Tensor | None] = ([], None)
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         # Before clipping: one inf gradient turns every clipped gradient into NaN, so only here can
-        # the error name where the backward pass went wrong. Recorded, not raised: SubspaceNGD
-        # skips a step with a non-finite gradient by itself (optim.optimizer.max_skips_in_row).
-        self.bad_gradients = non_finite_parameters(pl_module, grads=True)
+        # the error name where the backward pass went wrong. The norms stay on the device and are
+        # read only when the weights turn out non-finite (no host sync per step); nothing is raised
+        # here: SubspaceNGD skips a step with a non-finite gradient by itself.
+        named = [(n, p.grad) for n, p in pl_module.named_parameters() if p.grad is not None]
+        self._gradients = ([n for n, _ in named], tensor_norms(named))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -79,8 +88,8 @@ class StopOnNonFinite(Callback):
             what = f"the training loss is {loss.detach().float().mean().item()}"
         elif bad := non_finite_parameters(pl_module):
             what = f"weights are not finite after the optimizer step ({', '.join(bad)})"
-            if self.bad_gradients:
-                what += (f"; the loss was finite but the gradients of {', '.join(self.bad_gradients)} "
+            if bad_gradients := non_finite_names(*self._gradients):
+                what += (f"; the loss was finite but the gradients of {', '.join(bad_gradients)} "
                          "were not, before clipping")
         if what is None:
             return
