@@ -100,8 +100,9 @@ def page_masks(logits: np.ndarray, scores: np.ndarray, low_res: np.ndarray, prom
     return out, scores, low_res
 
 
-def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question: str, blocks) -> np.ndarray:
-    return keep_quoted(snap(mask), word_boxes, words, question, blocks)
+def _then_quoted(mask: np.ndarray, snap, word_boxes: np.ndarray, words, question: str, blocks,
+                 slope: float) -> np.ndarray:
+    return keep_quoted(snap(mask), word_boxes, words, question, blocks, slope)
 
 
 def _then_linked(mask: np.ndarray, snap, label: str, form_words: PageWords) -> np.ndarray:
@@ -173,7 +174,7 @@ def snap_masks(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.ndarray
             # text the question quotes is in its answer (`keep_quoted`); a click or a box says where, itself
             question = prompts.questions[min(q, len(prompts.questions) - 1)]
             snap = partial(_then_quoted, snap=snap, word_boxes=word_boxes, words=words, blocks=blocks,
-                           question=question)
+                           question=question, slope=slope)
             label = link_label(question)
             if label is not None:        # the label's value the decoder's mask lies on, else the rule's
                 form_words = PageWords(words, word_boxes, slope) if form_words is None else form_words

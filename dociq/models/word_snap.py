@@ -268,7 +268,7 @@ def snap_to_blocks(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
 
 
 def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], question: str,
-                blocks: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+                blocks: Sequence[Sequence[int]] | None = None, slope: float = 0.0) -> np.ndarray:
     """A question that quotes text its answer holds ("which paragraph mentions “under”?",
     "where does the section “1 Usage” start?": `lexical.answer_quotes`) is answered by a region
     holding it. Each quoted word's page words are its best matches on the page (exact, then
@@ -280,7 +280,9 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     holds none of the quotation. A question that names a text unit ("which bullet point mentions
     “under”?": `lexical.names_text_unit`) is answered by one whole block: of those holding a match
     inside the kept mask, the one the mask covers most (the decoder often paints the quoted words
-    alone, or a neighbour too). mask bool [H, W]; word_boxes [K, 4] in its pixels; words [K]."""
+    alone, or a neighbour too). A block is drawn along the page's text lines (`slope`, dy / dx:
+    `fill_unit`), as the skewed region of a scan is. mask bool [H, W]; word_boxes [K, 4] in its
+    pixels; words [K]."""
     quoted = answer_quotes(question)
     if not quoted or not len(words):
         return mask
@@ -303,21 +305,21 @@ def keep_quoted(mask: np.ndarray, word_boxes: np.ndarray, words: Sequence[str], 
     block_score = np.array([found[:, list(b)].any(1).sum() for b in (blocks or [])], np.int64)
     best_part = part_score.max() if count else 0
     if len(block_score) and block_score.max() > best_part and (block_score == block_score.max()).sum() == 1:
-        return _unit_mask(boxes[list(blocks[int(block_score.argmax())])], mask.shape)
+        return _unit_mask(boxes[list(blocks[int(block_score.argmax())])], mask.shape, slope)
     kept = mask if best_part == 0 else np.isin(labels, np.flatnonzero(part_score == best_part) + 1)
     if blocks and names_text_unit(question):
         inside = kept[cy, cx]
         holding = sorted({b for b, ids in enumerate(blocks) if (found[:, list(ids)].any(0) & inside[list(ids)]).any()})
         if holding:
             covered = [inside[list(blocks[b])].mean() for b in holding]
-            return _unit_mask(boxes[list(blocks[holding[int(np.argmax(covered))]])], mask.shape)
+            return _unit_mask(boxes[list(blocks[holding[int(np.argmax(covered))]])], mask.shape, slope)
     return kept
 
 
-def _unit_mask(word_boxes: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+def _unit_mask(word_boxes: np.ndarray, shape: tuple[int, int], slope: float = 0.0) -> np.ndarray:
     """bool [H, W]: the region of a unit's words, drawn as `fill_unit` draws it."""
     out = np.zeros(shape, bool)
-    fill_unit(out, word_boxes)
+    fill_unit(out, word_boxes, slope)
     return out
 
 

@@ -652,3 +652,14 @@ def test_snapping_on_a_skewed_scan_follows_the_line():
     out = snap_to_blocks(blob, boxes, ["A", "Heading", "on", "a", "scan"], slope=slope)
     assert _iou(out, band) > 0.9
     assert _iou(snap_to_blocks(blob, boxes, ["A", "Heading", "on", "a", "scan"]), band) < 0.6
+
+
+def test_the_block_a_quoted_word_names_on_a_skewed_scan_follows_the_line():
+    slope = np.tan(np.radians(2.0))
+    shape, boxes, band = _skewed_heading(slope)
+    words = ["A", "Heading", "on", "a", "scan"]
+    word_only = np.zeros(shape, bool)
+    word_only[40:62, 98:160] = True                                   # the decoder painted the quoted word alone
+    question = "which paragraph mentions “Heading”?"
+    assert _iou(keep_quoted(word_only, boxes, words, question, [list(range(5))], slope), band) > 0.9
+    assert _iou(keep_quoted(word_only, boxes, words, question, [list(range(5))]), band) < 0.6
