@@ -219,13 +219,21 @@ LEADING_MARGIN = 0.25       # a paragraph's gap exceeds the page's line spacing 
 RUN_WIDTH = 25              # a run measuring the leading is at least this many line heights wide
 
 
-def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs: int = 3) -> float | None:
+RAGGED_PAIRS = 8            # pairs of lines a ragged page's leading is measured on, at least
+
+
+def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs: int = 3,
+                 ragged: bool = False) -> float | None:
     """The page's own leading: the median gap, in line heights, between the lines of runs of at
     least three lines one under the other with the same extent (left and right edges within half
     a line, at least 25 lines wide) — a justified paragraph's inner lines; two lines that merely
     happen to end alike (two list items, two notes) make no run. `spans` [L, 4] x0, y0, x1, y1 per
     line, `heights` [L] (default: the spans'). None with fewer than `min_pairs` gaps in such runs
-    (ragged text, a page of single lines): nothing to measure."""
+    (ragged text, a page of single lines): nothing to measure.
+    With `ragged`, a ragged-right page is measured too: every line that starts where the line
+    above it starts, under a line 25 heights wide, gives a gap, and the leading is the lower
+    quartile of at least RAGGED_PAIRS of them — a paragraph's last line can be as wide as its
+    others, so some gaps are paragraph breaks; the quartile is the leading while most are not."""
     spans = np.asarray(spans, dtype=np.float64).reshape(-1, 4)
     heights = spans[:, 3] - spans[:, 1] if heights is None else np.asarray(heights, dtype=np.float64)
     above = np.full(len(spans), -1)          # the line of the same extent directly above, if any
@@ -238,20 +246,25 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
             continue
         a = int(np.where(candidates, spans[:, 3], -np.inf).argmax())      # the nearest line above, any extent
         taller = max(heights[a], heights[j])
-        same_extent = abs(spans[a, 0] - x0) <= 0.5 * taller and abs(spans[a, 2] - x1) <= 0.5 * taller
-        if same_extent and x1 - x0 >= RUN_WIDTH * taller and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
+        same_extent = abs(spans[a, 0] - x0) <= 0.5 * taller and (ragged or abs(spans[a, 2] - x1) <= 0.5 * taller)
+        wide = (spans[a, 2] - spans[a, 0] if ragged else x1 - x0) >= RUN_WIDTH * taller
+        if same_extent and wide and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
             above[j] = a
+    if ragged:
+        gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(above >= 0)]
+        return float(np.quantile(gaps, 0.25)) if len(gaps) >= RAGGED_PAIRS else None
     in_run = (above >= 0) & ((above[np.maximum(above, 0)] >= 0) | np.isin(np.arange(len(spans)), above))
     gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(in_run)]
     return float(np.median(gaps)) if len(gaps) >= min_pairs else None
 
 
-def paragraph_gap(spans: np.ndarray, heights: np.ndarray | None = None, default: float = 0.6) -> float:
+def paragraph_gap(spans: np.ndarray, heights: np.ndarray | None = None, default: float = 0.6,
+                  ragged: bool = False) -> float:
     """The widest gap, in line heights, that still joins two lines of a block: `default`, unless
-    the page's own `line_spacing` is wider — a thesis set one-and-a-half or double spaced — when
-    it is that spacing plus LEADING_MARGIN: its paragraphs stay whole, and still part where a gap
-    exceeds the leading."""
-    spacing = line_spacing(spans, heights)
+    the page's own `line_spacing` (measured on ragged-right pages too with `ragged`) is wider — a
+    thesis set one-and-a-half or double spaced — when it is that spacing plus LEADING_MARGIN: its
+    paragraphs stay whole, and still part where a gap exceeds the leading."""
+    spacing = line_spacing(spans, heights, ragged=ragged)
     return default if spacing is None or spacing <= default else spacing + LEADING_MARGIN
 
 
@@ -302,7 +315,10 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     an OCR leaves them out: `drawn_leaders`), whose gap to the page number opens no new line.
     With `word_heights`, a line's height is its words' (`line_height`), not its extent: an OCR's
     stray glyph, or one word whose box reaches towards the line below, stretches a line's extent
-    to two lines, and a height test would set it apart from its paragraph."""
+    to two lines, and a height test would set it apart from its paragraph; and the page's leading
+    is measured on ragged-right pages too (`line_spacing`'s `ragged`): an OCR's word boxes are
+    shorter than a text layer's font boxes, so an ordinary leading is a wider gap in their heights
+    — 0.6 to 0.8 of them on a browser's pages set at one and a half."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     ends_entry = np.zeros(len(boxes), bool) if ends_entry is None else np.asarray(ends_entry, bool)
@@ -310,7 +326,7 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     spans = np.array([[boxes[ln, 0].min(), boxes[ln, 1].min(), boxes[ln, 2].max(), boxes[ln, 3].max()]
                       for ln in lines]).reshape(-1, 4)
     heights = np.array([line_height(boxes[ln]) for ln in lines]) if word_heights else spans[:, 3] - spans[:, 1]
-    max_gap = paragraph_gap(spans, heights, max_gap)
+    max_gap = paragraph_gap(spans, heights, max_gap, ragged=word_heights)
     blocks: list[list[int]] = []
     last = np.zeros((len(lines), 4))       # x0, y0, x1, y1 of each block's last line
     last_opens = np.zeros(len(lines), bool)  # whether that line opens a list item

@@ -58,6 +58,23 @@ def test_lines_that_merely_end_alike_measure_nothing():
     assert line_spacing(ragged) is None
 
 
+def test_a_ragged_right_page_measures_its_leading_from_an_ocrs_words():
+    """An OCR's words are shorter than a text layer's font boxes: a ragged-right page's ordinary
+    leading is a gap of 0.8 of their height. Measured on its lines that start under a wide line,
+    the page keeps its paragraphs whole; with the text layer's rule (same right edge) it cannot."""
+    paragraphs = [_paragraph_lines(100 + 96 * k, 4, pitch=18) for k in range(3)]
+    for k, span in enumerate(span for p in paragraphs for span in p[:-1]):
+        span[2] -= 23 * (k % 3)                    # ragged right: lines end up to two words apart
+    spans = np.array([span for p in paragraphs for span in p])
+    assert line_spacing(spans) is None
+    assert abs(line_spacing(spans, ragged=True) - 0.8) < 1e-6
+    assert line_spacing(spans[:8], ragged=True) is None        # six pairs: too few to measure
+    boxes = _words(spans)
+    assert len(group_blocks(boxes)) == 12                      # every line a block of its own
+    blocks = group_blocks(boxes, word_heights=True)
+    assert sorted(boxes[b, 1].min() for b in blocks) == [100.0, 196.0, 292.0]
+
+
 def test_a_frame_side_read_as_a_tall_word_joins_no_lines():
     """A code frame's side that an OCR read as "|" (40 px tall beside 10-px lines) would join the
     three lines of both columns beside it into one; it stands apart and the columns stay apart."""
