@@ -230,8 +230,8 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
     happen to end alike (two list items, two notes) make no run. `spans` [L, 4] x0, y0, x1, y1 per
     line, `heights` [L] (default: the spans'). None with fewer than `min_pairs` gaps in such runs
     (ragged text, a page of single lines): nothing to measure.
-    With `ragged`, a ragged-right page is measured too: every line that starts where the line
-    above it starts, under a line 25 heights wide, gives a gap, and the leading is the lower
+    With `ragged`, a page without such runs (ragged right) is measured too: every line that starts
+    where the line above it starts, under a line 25 heights wide, gives a gap, and the leading is the lower
     quartile of at least RAGGED_PAIRS of them — a paragraph's last line can be as wide as its
     others, so some gaps are paragraph breaks; the quartile is the leading while most are not."""
     spans = np.asarray(spans, dtype=np.float64).reshape(-1, 4)
@@ -251,6 +251,9 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
         if same_extent and wide and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
             above[j] = a
     if ragged:
+        justified = line_spacing(spans, heights, min_pairs)
+        if justified is not None:                      # the surer measure, where the page has one
+            return justified
         gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(above >= 0)]
         return float(np.quantile(gaps, 0.25)) if len(gaps) >= RAGGED_PAIRS else None
     in_run = (above >= 0) & ((above[np.maximum(above, 0)] >= 0) | np.isin(np.arange(len(spans)), above))

@@ -75,6 +75,15 @@ def test_a_ragged_right_page_measures_its_leading_from_an_ocrs_words():
     assert sorted(boxes[b, 1].min() for b in blocks) == [100.0, 196.0, 292.0]
 
 
+def test_a_page_with_justified_runs_keeps_their_leading_when_measured_as_ragged():
+    # a justified paragraph at a gap of 0.9, then ten wide ragged code lines set at 0.3
+    spans = _paragraph_lines(100, 5, pitch=19) + [[72.0, 200.0 + 13 * k, 400.0 + 9 * (k % 3), 210.0 + 13 * k]
+                                                  for k in range(10)]
+    spans = np.array(spans)
+    assert abs(line_spacing(spans) - 0.9) < 1e-6
+    assert abs(line_spacing(spans, ragged=True) - 0.9) < 1e-6
+
+
 def test_a_frame_side_read_as_a_tall_word_joins_no_lines():
     """A code frame's side that an OCR read as "|" (40 px tall beside 10-px lines) would join the
     three lines of both columns beside it into one; it stands apart and the columns stay apart."""
