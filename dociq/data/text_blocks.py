@@ -231,11 +231,15 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
     line, `heights` [L] (default: the spans'). None with fewer than `min_pairs` gaps in such runs
     (ragged text, a page of single lines): nothing to measure.
     With `ragged`, a page without such runs (ragged right) is measured too: every line that starts
-    where the line above it starts, under a line 25 heights wide, gives a gap, and the leading is the lower
-    quartile of at least RAGGED_PAIRS of them — a paragraph's last line can be as wide as its
-    others, so some gaps are paragraph breaks; the quartile is the leading while most are not."""
+    where the line above it starts, under a line 25 heights wide, gives a gap, and the leading is
+    the lower quartile of at least RAGGED_PAIRS of them — a paragraph's last line can be as wide as
+    its others, so some gaps are paragraph breaks; the quartile is the leading while most are not."""
     spans = np.asarray(spans, dtype=np.float64).reshape(-1, 4)
     heights = spans[:, 3] - spans[:, 1] if heights is None else np.asarray(heights, dtype=np.float64)
+    if ragged:
+        justified = line_spacing(spans, heights, min_pairs)
+        if justified is not None:                      # the surer measure, where the page has one
+            return justified
     above = np.full(len(spans), -1)          # the line of the same extent directly above, if any
     for j in range(len(spans)):
         x0, y0, x1, _ = spans[j]
@@ -251,9 +255,6 @@ def line_spacing(spans: np.ndarray, heights: np.ndarray | None = None, min_pairs
         if same_extent and wide and taller <= 1.3 * max(min(heights[a], heights[j]), 1.0):
             above[j] = a
     if ragged:
-        justified = line_spacing(spans, heights, min_pairs)
-        if justified is not None:                      # the surer measure, where the page has one
-            return justified
         gaps = [(spans[j, 1] - spans[above[j], 3]) / max(heights[above[j]], heights[j]) for j in np.flatnonzero(above >= 0)]
         return float(np.quantile(gaps, 0.25)) if len(gaps) >= RAGGED_PAIRS else None
     in_run = (above >= 0) & ((above[np.maximum(above, 0)] >= 0) | np.isin(np.arange(len(spans)), above))
@@ -321,7 +322,7 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     to two lines, and a height test would set it apart from its paragraph; and the page's leading
     is measured on ragged-right pages too (`line_spacing`'s `ragged`): an OCR's word boxes are
     shorter than a text layer's font boxes, so an ordinary leading is a wider gap in their heights
-    — 0.6 to 0.8 of them on a browser's pages set at one and a half."""
+    (0.6 to 0.8 of them on a browser-printed manual's pages)."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     ends_entry = np.zeros(len(boxes), bool) if ends_entry is None else np.asarray(ends_entry, bool)
