@@ -2,6 +2,7 @@
 
 - divergence (NaN/inf loss or weights) stops the run with an error naming the step and the last
   good checkpoint; `last.ckpt` keeps the good weights; the CLI exits non-zero;
+- a step with NaN/inf gradients is skipped and named; ten in a row stop the run;
 - SubspaceNGD's skipped steps stop the run after `max_skips_in_row` in a row;
 - a resume from a broken checkpoint stops before touching any file of the run;
 - two runs never share an output folder; orphan temporary checkpoint files are removed;
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from omegaconf import open_dict
@@ -44,46 +46,85 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_divergence_stops_the_run_and_keeps_the_good_last_ckpt(tmp_path):
     from dociq.training.callbacks import NonFiniteTrainingError
 
-    # lr=1e3 (the issue's case): step 1 is still finite and checkpointed, step 2 diverges
+    # lr=1e3 (the issue's case): step 1 leaves finite but huge weights, every later step's gradients
+    # overflow and are skipped (weights unchanged) until ten in a row stop the run
     with pytest.raises(NonFiniteTrainingError) as err:
-        _train(tmp_path, "run", ["trainer.max_steps=6", "trainer.val_check_interval=1",
+        _train(tmp_path, "run", ["trainer.max_steps=14", "trainer.val_check_interval=1",
                                  "optim.optimizer.lr=1e3"])
     last = tmp_path / "outputs/pretrain/runs/run/checkpoints/last.ckpt"
     message = str(err.value)
-    assert "training diverged at step 2" in message and f"the last good checkpoint is {last}" in message
-    assert "Fix: lower optim.optimizer.lr" in message
-    assert torch.load(last, weights_only=True)["global_step"] == 1   # never overwritten with NaNs
+    assert "training diverged at step 10: 10 optimizer steps in a row were skipped" in message
+    assert f"the last good checkpoint is {last}" in message and "Fix: lower optim.optimizer.lr" in message
+    assert torch.load(last, weights_only=True)["global_step"] == 10   # saved before the stopping step
     state = torch.load(last, weights_only=True)["state_dict"]
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
 
 
-def test_a_non_finite_gradient_under_a_finite_loss_is_named_in_the_error():
-    from types import SimpleNamespace
+class _Regression(L.LightningModule):
+    """y = 2x by one linear layer; the gradients of the steps in `poisoned` are made NaN."""
 
+    def __init__(self, poisoned: set[int]) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.poisoned = poisoned
+        self.weights_before: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(batch_idx))
+        self.weights_before.append(self.net.weight.detach().clone())
+        return torch.nn.functional.mse_loss(self.net(x), 2 * x.sum(1, keepdim=True))
+
+    def on_after_backward(self) -> None:
+        if self.global_step in self.poisoned:     # what a glitching kernel's backward leaves
+            self.net.weight.grad[0, 1] = float("nan")
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(range(64), batch_size=1)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.1)
+
+
+def _fit(module: L.LightningModule, steps: int, stop) -> L.Trainer:
+    trainer = L.Trainer(max_steps=steps, callbacks=[stop], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, gradient_clip_val=1.0)
+    trainer.fit(module)
+    return trainer
+
+
+def test_a_step_with_non_finite_gradients_is_skipped_and_named(caplog):
+    from dociq.training.callbacks import StopOnNonFinite
+
+    module, stop = _Regression(poisoned={2}), StopOnNonFinite()
+    with caplog.at_level("WARNING", logger="dociq.training.train"):
+        trainer = _fit(module, 5, stop)
+    assert trainer.global_step == 5
+    w = module.weights_before + [module.net.weight.detach()]
+    assert torch.equal(w[2], w[3])                       # the poisoned step left the weights as they were
+    assert all(not torch.equal(w[i], w[i + 1]) for i in (0, 1, 3, 4))
+    assert all(torch.isfinite(t).all() for t in w)
+    opt_state = trainer.optimizers[0].state[module.net.weight]
+    assert int(opt_state["step"]) == 4                   # AdamW counted only the steps it took
+    assert stop.skipped_steps == 1 and stop.skips_in_row == 0
+    assert "step 2: the gradients of net.weight were not finite; the optimizer step was skipped" in caplog.text
+
+
+def test_non_finite_gradients_in_a_row_stop_the_run():
     from dociq.training.callbacks import NonFiniteTrainingError, StopOnNonFinite
 
-    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
-    for p in net.parameters():
-        p.grad = torch.zeros_like(p)
-    net[1].weight.grad[0, 0] = float("inf")
-    trainer = SimpleNamespace(global_step=1, checkpoint_callback=None,
-                              optimizers=[torch.optim.SGD(net.parameters(), lr=0.1)])
-    stop = StopOnNonFinite()
-    stop.on_before_optimizer_step(trainer, net, None)
-    stop.on_train_batch_end(trainer, net, {"loss": torch.tensor(1.0)}, None, 0)   # weights still finite
-    with torch.no_grad():
-        net[0].bias.fill_(float("nan"))      # what clipping an inf gradient does to every parameter
+    module = _Regression(poisoned={1, 2, 3, 4})
     with pytest.raises(NonFiniteTrainingError) as err:
-        stop.on_train_batch_end(trainer, net, {"loss": torch.tensor(1.0)}, None, 0)
+        _fit(module, 6, StopOnNonFinite(max_skips_in_row=3))
     message = str(err.value)
-    assert "weights are not finite after the optimizer step (0.bias)" in message
-    assert "the gradients of 1.weight were not, before clipping" in message
+    assert "training diverged at step 3: 3 optimizer steps in a row were skipped" in message
+    assert "the gradients of net.weight were not finite" in message and "Fix: lower optim.optimizer.lr" in message
+    assert all(torch.isfinite(p).all() for p in module.parameters())
 
 
-def test_nan_loss_exits_non_zero_on_the_command_line(tmp_path):
+def test_divergence_exits_non_zero_on_the_command_line(tmp_path):
     env = dict(os.environ, DOCIQ_ROOT=str(tmp_path), PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="0")
     out = subprocess.run([sys.executable, str(REPO / "train.py"), *SMOKE, "optim.optimizer.lr=1e3",
-                          "trainer.max_steps=6"],
+                          "trainer.max_steps=14"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode != 0
     assert "training diverged at step" in out.stderr + out.stdout

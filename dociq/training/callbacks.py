@@ -1,7 +1,8 @@
 """Callbacks every run gets (train.py adds them whatever `callbacks=` says): they keep a run honest.
 
-- `StopOnNonFinite`: a non-finite loss or weight stops the run with an error before anything is
-  saved, so a good `last.ckpt` is never overwritten with NaNs.
+- `StopOnNonFinite`: a step with non-finite gradients is skipped (ten in a row stop the run); a
+  non-finite loss or weight stops the run with an error before anything is saved, so a good
+  `last.ckpt` is never overwritten with NaNs.
 - `RngState`: the global RNG states travel in the checkpoint and validation leaves them untouched,
   so a resumed run draws the same random numbers as an uninterrupted one (exact resume).
 - `LoggerRunIds`: the wandb run id travels in the checkpoint, so a resume continues the same run.
@@ -62,23 +63,47 @@ def non_finite_parameters(module: torch.nn.Module, limit: int = 3) -> list[str]:
 
 
 class StopOnNonFinite(Callback):
-    """Raise `NonFiniteTrainingError` at the first step whose loss or weights are not finite.
+    """Skip a step whose gradients are not finite; stop a run whose loss or weights are not.
 
-    It runs in `on_train_batch_end`, before `ModelCheckpoint` (Lightning orders checkpoint callbacks
-    last), so the step that diverged is never saved. The error names the step, what went wrong, the
-    last good checkpoint and the fix; the process exits non-zero.
+    Gradients are checked after the backward pass, before clipping and the optimizer (one inf
+    gradient turns every clipped gradient into NaN): where one is NaN/inf the step is skipped — the
+    gradients are dropped, so the optimizer leaves the weights and its state as they were, as AMP's
+    GradScaler and SubspaceNGD do — and a warning names the parameters. A lone bad backward pass
+    (a kernel's glitch, one odd batch) so costs one step, not the run; `max_skips_in_row` skipped
+    steps in a row mean the run diverged, and it stops.
+
+    The loss and weights are checked in `on_train_batch_end`, before `ModelCheckpoint` (Lightning
+    orders checkpoint callbacks last), so a diverged step is never saved. Either stop raises
+    `NonFiniteTrainingError` naming the step, what went wrong, the last good checkpoint and the fix;
+    the process exits non-zero.
     """
 
-    def __init__(self) -> None:
-        self._gradients: tuple[list[str], torch.Tensor | None] = ([], None)
+    def __init__(self, max_skips_in_row: int = 10) -> None:
+        if not (isinstance(max_skips_in_row, int) and max_skips_in_row >= 1):
+            raise ValueError(f"StopOnNonFinite: max_skips_in_row={max_skips_in_row!r}; need an int >= 1")
+        self.max_skips_in_row = max_skips_in_row
+        self.skips_in_row = 0
+        self.skipped_steps = 0
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
-        # Before clipping: one inf gradient turns every clipped gradient into NaN, so only here can
-        # the error name where the backward pass went wrong. The norms stay on the device and are
-        # read only when the weights turn out non-finite (no host sync per step); nothing is raised
-        # here: SubspaceNGD skips a step with a non-finite gradient by itself.
         named = [(n, p.grad) for n, p in pl_module.named_parameters() if p.grad is not None]
-        self._gradients = ([n for n, _ in named], tensor_norms(named))
+        bad = non_finite_names([n for n, _ in named], tensor_norms(named))
+        # every process takes the same decision (sharded gradients can differ in finiteness)
+        if not trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
+            self.skips_in_row = 0
+            return
+        for p in pl_module.parameters():
+            p.grad = None
+        self.skips_in_row += 1
+        self.skipped_steps += 1
+        where = f"the gradients of {', '.join(bad) or 'another process'} were not finite"
+        if self.skips_in_row >= self.max_skips_in_row:
+            raise NonFiniteTrainingError(self.message(
+                trainer, f"{self.skips_in_row} optimizer steps in a row were skipped because their "
+                         f"gradients were not finite (last: {where})"))
+        log.warning("step %d: %s; the optimizer step was skipped, weights unchanged (%d in a row, "
+                    "%d in all; the run stops after %d in a row)", trainer.global_step, where,
+                    self.skips_in_row, self.skipped_steps, self.max_skips_in_row)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -88,12 +113,19 @@ class StopOnNonFinite(Callback):
             what = f"the training loss is {loss.detach().float().mean().item()}"
         elif bad := non_finite_parameters(pl_module):
             what = f"weights are not finite after the optimizer step ({', '.join(bad)})"
-            if bad_gradients := non_finite_names(*self._gradients):
-                what += (f"; the loss was finite but the gradients of {', '.join(bad_gradients)} "
-                         "were not, before clipping")
+        if self.skipped_steps:   # a column only once a step was skipped
+            pl_module.log("train/skipped_steps", float(self.skipped_steps), on_step=True, on_epoch=False,
+                          batch_size=1)
         if what is None:
             return
         raise NonFiniteTrainingError(self.message(trainer, what))
+
+    def state_dict(self) -> dict[str, int]:
+        return {"skipped_steps": self.skipped_steps, "skips_in_row": self.skips_in_row}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+        self.skips_in_row = int(state_dict.get("skips_in_row", 0))
 
     @staticmethod
     def message(trainer: L.Trainer, what: str) -> str:
