@@ -93,9 +93,10 @@ def table(views: dict[str, Iterable[dict]]) -> str:
 
 
 def add_view_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that choose the pages: --corpus, --split, --pages, --scan, --scan-seed, --ocr-cache."""
+    """The flags that choose the pages: --corpus, --split, --packages, --pages, --scan, --scan-seed, --ocr-cache."""
     p.add_argument("--corpus", default="data/corpus")
-    p.add_argument("--split", default="val")
+    p.add_argument("--split", default="val", help="a split of the corpus, or all (as dociq eval --split)")
+    p.add_argument("--packages", nargs="+", default=None, help="only these source packages (as dociq eval)")
     p.add_argument("--pages", type=int, default=None, help="the first N pages (default all)")
     p.add_argument("--scan", action="store_true", help="also the pages scanned and read by tesseract")
     p.add_argument("--scan-seed", type=int, default=VAL_SEED, help="which scan of each page (dociq eval --scan's)")
@@ -108,7 +109,8 @@ def page_views(args: argparse.Namespace) -> tuple[dict[str, Sequence[Page | None
     from dociq.data.datasets.corpus.dataset import CorpusDocuments
     from dociq.data.scanned import ScannedPages
 
-    pages = CorpusDocuments(root=args.corpus, split=args.split)
+    pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split,
+                            packages=args.packages)
     views = {"clean": pages}
     if args.scan:
         views["scanned"] = ScannedPages(pages, args.scan_seed, cache_dir=args.ocr_cache)
