@@ -8,6 +8,7 @@ blocks, which of `text_blocks.join_tests` the lower line fails against the upper
 "near", "height", "column", "not indented"), or whether it opens a list item or the upper line ends
 a contents entry. A target's line that also holds words outside it counts as "line crosses the
 target". With `--scan`, the pages degraded and read by tesseract as `dociq eval --scan` reads them.
+`--regions CLASS` asks the same of every labelled region of a class instead (a code listing's lines).
 No model is run.
 
     python scripts/block_splits.py --corpus data/corpus --split val --pages 80 --scan --ocr-cache outputs/ocr_cache/corpus_val
@@ -37,14 +38,24 @@ def _line_state(boxes: np.ndarray, line: list[int], ocr: bool) -> tuple[np.ndarr
     return span, (line_height(b) if ocr else float(span[3] - span[1]))
 
 
-def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("reading", "cell")) -> list[dict]:
-    """One record per question of `kinds` asked of `page` whose target holds two or more words: its kind, the
-    number of blocks its words lie in, and a Counter of why its consecutive lines were kept apart."""
+def _targets(page: Page, seed: int, kinds: tuple[str, ...], region_class: str | None) -> list[tuple[str, np.ndarray]]:
+    """(kind, bool [H, W] mask) of each target: the questions of `kinds` the evaluation asks of the
+    page, or with `region_class` every labelled region of that class (its kind: the class)."""
+    if region_class is not None:
+        return [(r.label, np.asarray(r.mask, bool)) for r in page.regions if r.label == region_class]
     generator = torch.Generator().manual_seed(page_seed(page, seed))
     questions = [page.questions[k] for k in choose_questions(page, QUESTIONS_PER_PAGE, generator)]
-    questions = [q for q in questions if q.kind in kinds]
+    return [(q.kind, np.asarray(q.mask, bool)) for q in questions if q.kind in kinds]
+
+
+def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("reading", "cell"),
+                  region_class: str | None = None) -> list[dict]:
+    """One record per question of `kinds` asked of `page` (or, with `region_class`, per labelled region
+    of that class) whose target holds two or more words: its kind, the number of blocks its words lie
+    in, and a Counter of why its consecutive lines were kept apart."""
+    targets = _targets(page, seed, kinds, region_class)
     boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
-    if not questions or not len(boxes):
+    if not targets or not len(boxes):
         return []
     words, ocr = list(page.words), page.word_confidences is not None
     slope = skew_slope(boxes)
@@ -61,8 +72,8 @@ def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("r
     h, w = page.size
     centres = ((boxes[:, :2] + boxes[:, 2:]) / 2).astype(int)
     out = []
-    for q in questions:
-        inside = np.flatnonzero(np.asarray(q.mask, bool)[centres[:, 1].clip(0, h - 1), centres[:, 0].clip(0, w - 1)])
+    for kind, mask in targets:
+        inside = np.flatnonzero(mask[centres[:, 1].clip(0, h - 1), centres[:, 0].clip(0, w - 1)])
         if len(inside) < 2:
             continue
         reasons: Counter = Counter()
@@ -80,7 +91,7 @@ def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("r
             if int(leaders[lines[upper]].sum()) >= LEADER_DOTS:
                 failed.append("ends a contents entry")
             reasons.update(failed or ["joined another block"])
-        out.append({"kind": q.kind, "blocks": len(set(block_of[inside])), "reasons": reasons})
+        out.append({"kind": kind, "blocks": len(set(block_of[inside])), "reasons": reasons})
     return out
 
 
@@ -103,10 +114,13 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_view_arguments(p)
     p.add_argument("--kinds", nargs="+", default=["reading", "cell"], help="the question kinds whose targets are one region")
+    p.add_argument("--regions", default=None, metavar="CLASS",
+                   help="instead of questions, every labelled region of this class (e.g. code)")
     args = p.parse_args(argv)
 
     views, count = page_views(args)
-    print(table({view: [r for i in range(count) if data[i] is not None for r in split_reasons(data[i], kinds=tuple(args.kinds))]
+    print(table({view: [r for i in range(count) if data[i] is not None
+                        for r in split_reasons(data[i], kinds=tuple(args.kinds), region_class=args.regions)]
                  for view, data in views.items()}))
 
 

@@ -36,3 +36,14 @@ def test_the_table_counts_split_targets_and_reasons_per_view_and_kind():
     lines = load_script("block_splits").table(rows).splitlines()
     assert lines[0] == "| pages | questions | split | height | near |"
     assert lines[2] == "| scanned | reading (2) | 1 (50 %) | 1 | 2 |"
+
+
+def test_a_labelled_regions_lines_are_asked_about_as_a_questions_target_is():
+    from dociq.data.schema import Region
+
+    script = load_script("block_splits")
+    page = _page(12.0)
+    page.regions = [Region("code", np.array([20, 30, 160, 75]), page.questions[0].mask, word_ids=list(range(6)))]
+    (record,) = script.split_reasons(page, region_class="code")
+    assert record["kind"] == "code" and record["blocks"] == 2 and +record["reasons"] == Counter({"near": 1})
+    assert script.split_reasons(page, region_class="list_item") == []
