@@ -6,7 +6,8 @@ every paragraph) and holds two or more of the page's words, the page's blocks as
 (`text_blocks.page_blocks`); where two lines of the target that follow one another lie in different
 blocks, which of `text_blocks.join_tests` the lower line fails against the upper one ("below",
 "near", "height", "column", "not indented"), or whether it opens a list item or the upper line ends
-a contents entry. A target's line that also holds words outside it counts as "line crosses the
+a contents entry. A "below" between two pieces of one row (`group_lines` parted it at a gap) is
+counted as "one row parted". A target's line that also holds words outside it counts as "line crosses the
 target". With `--scan`, the pages degraded and read by tesseract as `dociq eval --scan` reads them.
 `--regions CLASS` asks the same of every labelled region of a class instead (a code listing's lines).
 No model is run.
@@ -36,6 +37,13 @@ def _line_state(boxes: np.ndarray, line: list[int], ocr: bool) -> tuple[np.ndarr
     b = boxes[line]
     span = np.array([b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()])
     return span, (line_height(b) if ocr else float(span[3] - span[1]))
+
+
+def _one_row(upper: np.ndarray, lower: np.ndarray) -> bool:
+    """Whether two line extents share half the shorter one's height: one row that `group_lines`
+    parted at a gap wider than its gutter rule allows, not two lines."""
+    overlap = min(upper[3], lower[3]) - max(upper[1], lower[1])
+    return bool(overlap >= 0.5 * min(upper[3] - upper[1], lower[3] - lower[1]))
 
 
 def _targets(page: Page, seed: int, kinds: tuple[str, ...], region_class: str | None) -> list[tuple[str, np.ndarray]]:
@@ -86,6 +94,8 @@ def split_reasons(page: Page, seed: int = VAL_SEED, kinds: tuple[str, ...] = ("r
             opens = opens_list_item(words[lines[upper][0]]) or bool(bullets[lines[upper][0]])
             tests = join_tests(prev[None], np.array([prev_height]), span, height, prev_opens=np.array([opens]))
             failed = [name for name, passed in tests.items() if not passed[0]]
+            if "below" in failed and _one_row(prev, span):
+                failed[failed.index("below")] = "one row parted"
             if opens_list_item(words[lines[lower][0]]) or bool(bullets[lines[lower][0]]):
                 failed.append("opens a list item")
             if int(leaders[lines[upper]].sum()) >= LEADER_DOTS:

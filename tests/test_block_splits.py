@@ -47,3 +47,15 @@ def test_a_labelled_regions_lines_are_asked_about_as_a_questions_target_is():
     (record,) = script.split_reasons(page, region_class="code")
     assert record["kind"] == "code" and record["blocks"] == 2 and +record["reasons"] == Counter({"near": 1})
     assert script.split_reasons(page, region_class="list_item") == []
+
+
+def test_a_row_parted_at_a_wide_gap_is_named_as_such():
+    script = load_script("block_splits")
+    boxes = np.array([[20, 30, 60, 40], [65, 30, 100, 40],        # one row, parted by a 40-px gap
+                      [140, 30, 180, 40], [20, 43, 100, 53], [105, 43, 180, 53]], np.float32)
+    target = np.zeros((80, 200), bool)
+    target[30:53, 20:180] = True
+    page = Page(image=np.full((80, 200, 3), 255, np.uint8), words=["word"] * 5, word_boxes=boxes,
+                questions=[Question("which paragraph mentions word?", "reading", target)], meta={"page_id": "p#0"})
+    (record,) = script.split_reasons(page)
+    assert record["blocks"] == 2 and record["reasons"]["one row parted"] == 1 and record["reasons"]["below"] == 0
