@@ -70,7 +70,8 @@ class StopOnNonFinite(Callback):
     gradients are dropped, so the optimizer leaves the weights and its state as they were, as AMP's
     GradScaler and SubspaceNGD do — and a warning names the parameters. A lone bad backward pass
     (a kernel's glitch, one odd batch) so costs one step, not the run; `max_skips_in_row` skipped
-    steps in a row mean the run diverged, and it stops.
+    steps in a row mean the run diverged, and it stops. The check reads one flag from the device per
+    step, as GradScaler's does.
 
     The loss and weights are checked in `on_train_batch_end`, before `ModelCheckpoint` (Lightning
     orders checkpoint callbacks last), so a diverged step is never saved. Either stop raises
