@@ -28,14 +28,14 @@ import numpy as np
 import torch
 
 from dociq.data.collate import choose_questions
+from dociq.data.masks import mask_iou
 from dociq.data.schema import Page
 from dociq.data.scoring import VAL_SEED
 from dociq.evaluation.answers import page_seed, word_inputs
 from dociq.inference.class_answers import named_class
 from dociq.inference.snapping import page_slope
-from dociq.models.word_snap import fill_unit
 from fit_unit_classifier import CLASS_NAMES, unit_labels  # siblings: `python scripts/...` puts scripts/ on sys.path
-from snap_ceiling import QUESTIONS_PER_PAGE, _iou, add_view_arguments, page_views
+from snap_ceiling import QUESTIONS_PER_PAGE, add_view_arguments, page_views, painted_units, units_inside
 
 MEASURES = ("answer", "right units", "units inside")
 
@@ -57,7 +57,7 @@ def right_units(painted: list[np.ndarray], labels: np.ndarray, label: str, one: 
     if not mine:
         return np.zeros_like(target)
     if one:
-        return max(mine, key=lambda m: _iou(m, target))
+        return max(mine, key=lambda m: mask_iou(m, target))
     return np.any(mine, 0)
 
 
@@ -75,19 +75,14 @@ def page_records(predictor, page: Page, seed: int = VAL_SEED) -> list[dict]:
     units = state.text_units or []
     labels = unit_labels(page, units)
     slope = page_slope(state, boxes)
-    painted = []
-    for unit in units:
-        mask = np.zeros(page.size, bool)
-        fill_unit(mask, boxes[list(unit)], slope)
-        painted.append(mask)
+    painted = painted_units(page.size, boxes, units, slope)
     out = []
     for question, answer in zip(questions, answers):
         label, one = named_class(question.text)
         target = np.asarray(question.mask, bool)
-        inside = [m for m in painted if m.any() and (m & target).sum() >= 0.5 * m.sum()]
-        out.append({"class": label, "answer": _iou(answer, target),
-                    "right units": _iou(right_units(painted, labels, label, one, target), target),
-                    "units inside": _iou(np.any(inside, 0) if inside else np.zeros_like(target), target)})
+        out.append({"class": label, "answer": mask_iou(answer, target),
+                    "right units": mask_iou(right_units(painted, labels, label, one, target), target),
+                    "units inside": mask_iou(units_inside(painted, target), target)})
     return out
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dociq.data.collate import choose_questions
+from dociq.data.masks import mask_iou
 from dociq.data.schema import Page
 from dociq.data.scoring import VAL_SEED
 from dociq.data.text_blocks import page_blocks, page_ink, skew_slope
@@ -45,9 +46,21 @@ def rotation_group(degrees: float) -> str:
     return "level" if degrees == 0 else "under 1°" if degrees < 1 else "1° or more"
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = (a | b).sum()
-    return float((a & b).sum() / union) if union else 1.0
+def painted_units(size: tuple[int, int], boxes: np.ndarray, units: Sequence[Sequence[int]],
+                  slope: float) -> list[np.ndarray]:
+    """bool [H, W] per text unit: the box around its words along the page's lines (`fill_unit`)."""
+    painted = []
+    for unit in units:
+        mask = np.zeros(size, bool)
+        fill_unit(mask, boxes[list(unit)], slope)
+        painted.append(mask)
+    return painted
+
+
+def units_inside(painted: Sequence[np.ndarray], target: np.ndarray) -> np.ndarray:
+    """bool [H, W]: the union of the units lying at least half inside the target."""
+    inside = [m for m in painted if m.any() and (m & target).sum() >= 0.5 * m.sum()]
+    return np.any(inside, 0) if inside else np.zeros_like(target)
 
 
 def page_ceilings(page: Page, seed: int = VAL_SEED) -> list[dict]:
@@ -62,19 +75,13 @@ def page_ceilings(page: Page, seed: int = VAL_SEED) -> list[dict]:
     slope = skew_slope(boxes)
     blocks = page_blocks(page.image, boxes, words, slope, ocr=page.word_confidences is not None)
     ink = page_ink(page.image)
-    painted = []
-    for unit in text_units(blocks, boxes, words, slope):
-        mask = np.zeros(page.size, bool)
-        fill_unit(mask, boxes[unit], slope)
-        painted.append(mask)
+    painted = painted_units(page.size, boxes, text_units(blocks, boxes, words, slope), slope)
     out = []
     for q in questions:
         target = np.asarray(q.mask, bool)
         snapped = snap_to_blocks(target, boxes, words, blocks=blocks, ink=ink, slope=slope)
-        inside = [m for m in painted if m.any() and (m & target).sum() >= 0.5 * m.sum()]
-        union = np.any(inside, 0) if inside else np.zeros_like(target)
-        out.append({"kind": q.kind, "rotation": rotation(page), "snapped target": _iou(snapped, target), "units inside": _iou(union, target),
-                    "best unit": max([_iou(m, target) for m in painted] or [0.0])})
+        out.append({"kind": q.kind, "rotation": rotation(page), "snapped target": mask_iou(snapped, target), "units inside": mask_iou(units_inside(painted, target), target),
+                    "best unit": max([mask_iou(m, target) for m in painted] or [0.0])})
     return out
 
 
