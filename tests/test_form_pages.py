@@ -128,7 +128,9 @@ def test_the_sharpening_study_reads_each_scan_both_ways(built, tmp_path):
     assert run.returncode == 0, run.stderr
     rows = json.loads(rows_file.read_text())
     assert len(rows) == 2 and all(0 <= r[way]["recall"] <= 1 for r in rows for way in ("plain", "sharpened"))
-    assert len(list((tmp_path / "ocr").rglob("*.json"))) == 4            # two readings of each scan, cached
+    # two readings of each scan, cached (besides the crops of short words read again alone, far smaller)
+    areas = [np.prod(json.loads(p.read_text())["size"]) for p in (tmp_path / "ocr").rglob("*.json")]
+    assert sum(area > 0.25 * max(areas) for area in areas) == 4
     recall = {cells[0]: float(cells[2]) for cells in ([c.strip() for c in line.strip("|").split("|")]
                                                       for line in run.stdout.splitlines() if line.startswith("| ")
                                                       and not line.startswith("| keep"))}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,21 @@ def sure_words(read: "OcrWords") -> int:
 # line, thresholded with Otsu's global threshold — on a crop that is local already, and Sauvola's
 # window, larger than the crop, read a lone "7" as "-"
 UNREAD_INK_PSM, UNREAD_INK_BINARIZE = 7, "otsu"
+# A word this short alone on its line piece (a page number, an item's number) is read again alone, the
+# same way: in the page's reading tesseract's language model turns a lone figure into letters ("2"
+# read as "wo", "10" as "w"; 15 % of the own split's scanned page numbers, docs/finetune.md, "A lone
+# number read alone").
+LONE_WORD_CHARS = 4
+_NUMBER = re.compile(r"^[0-9]+$")
+
+
+def lone_short_words(read: "OcrWords") -> list[int]:
+    """The indices of the words of at most LONE_WORD_CHARS characters, not already a number, that are
+    alone on their line piece (`text_blocks.group_lines`)."""
+    from dociq.data.text_blocks import group_lines
+
+    return [piece[0] for piece in group_lines(read.boxes) if len(piece) == 1
+            and len(read.words[piece[0]]) <= LONE_WORD_CHARS and not _NUMBER.match(read.words[piece[0]])]
 
 
 class TesseractOCR:
@@ -216,7 +232,10 @@ class TesseractOCR:
     page's ruling lines and the sides of its boxes white first (`dociq.data.ruling_lines`), so that a
     ruled table reads as text and a boxed value without a "|" beside it. `read_unread_ink`: read
     again, each as one text line, the text-sized pieces of ink no word covers
-    (`dociq.data.unread_ink`): tesseract drops a lone page number at the margin with the specks.
+    (`dociq.data.unread_ink`): tesseract drops a lone page number at the margin with the specks; and
+    a short word alone on its line piece, which the page's reading may have turned from a figure into
+    letters, is read alone too and becomes the number it reads as, if tesseract is surer of that
+    (`lone_short_words`).
     `sharpen`: whether tesseract reads the page after an UNSHARP mask: "surer" (default) reads it
     both ways and keeps the reading with more sure words (`sure_words`; the plain one on a tie),
     True sharpened, False as given.
@@ -284,6 +303,8 @@ class TesseractOCR:
     def recognise(self, image: np.ndarray) -> OcrWords:
         ways = (False, True) if self.sharpen == "surer" else (self.sharpen,)
         read = max((self._reading(image, sharpened) for sharpened in ways), key=sure_words)   # first on a tie
+        if self.read_unread_ink:
+            read = self._numbers_read_alone(image, read)
         read = read.confident(self.min_conf, self.min_conf_digits)
         return read.widened(self.side_bearing) if self.word_boxes == "font" and self.side_bearing else read
 
@@ -314,6 +335,42 @@ class TesseractOCR:
         boxes = np.array([getattr(w, self.word_boxes) for w in read], np.float32).reshape(-1, 4)
         return OcrWords([w.text for w in read], boxes / scale, image.shape[:2],
                         np.array([w.confidence for w in read], np.float32))
+
+    def _numbers_read_alone(self, image: np.ndarray, read: OcrWords) -> OcrWords:
+        """`read` with each short word alone on its line piece (`lone_short_words`) that tesseract,
+        reading it alone as `read_unread_ink` reads a piece of ink, reads as a number it is surer of
+        than the page's reading was of the word: that number, with its confidence, in the same box."""
+        lone = lone_short_words(read)
+        if not lone:
+            return read
+        from PIL import Image
+
+        grey = np.asarray(Image.fromarray(np.asarray(image)).convert("L"))
+        words, confidences = list(read.words), read.confidences.copy()
+        for k in lone:
+            x0, y0, x1, y1 = read.boxes[k]
+            pad = y1 - y0                                   # a line's height of paper round the word
+            crop = grey[max(0, int(y0 - pad)):int(np.ceil(y1 + pad)), max(0, int(x0 - pad)):int(np.ceil(x1 + pad))]
+            again = self._alone(crop)
+            if len(again) == 1 and _NUMBER.match(again.words[0]) and again.confidences[0] > confidences[k]:
+                words[k], confidences[k] = again.words[0], again.confidences[0]
+        return OcrWords(words, read.boxes.copy(), read.size, confidences)
+
+    def _alone(self, crop: np.ndarray) -> OcrWords:
+        """The words tesseract reads in a crop of a page as one text line (UNREAD_INK_PSM,
+        UNREAD_INK_BINARIZE), from the cache if it holds them."""
+        from PIL import Image
+
+        def run() -> OcrWords:
+            found = [w for w in self._read(Image.fromarray(crop), UNREAD_INK_PSM, UNREAD_INK_BINARIZE) if w.text]
+            return OcrWords([w.text for w in found], np.array([w.ink for w in found], np.float32).reshape(-1, 4),
+                            crop.shape[:2], np.array([w.confidence for w in found], np.float32))
+        if not crop.size:
+            return OcrWords([], np.zeros((0, 4)), crop.shape[:2])
+        if self.cache is None:
+            return run()
+        settings = {"lang": self.lang, "alone": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}"}
+        return self.cache.get_or_compute(OcrCache.key(image_hash(crop), self.name, settings), run)
 
     def _read(self, page, psm: int, binarize: str) -> list[HocrWord]:
         import pytesseract as pt

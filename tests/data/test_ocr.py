@@ -534,3 +534,57 @@ def test_the_default_keeps_the_reading_with_more_sure_words_and_caches_both(tmp_
     assert len(list(tmp_path.rglob("*.json"))) == 2
     monkeypatch.setattr(TesseractOCR, "_run", lambda *a, **k: pytest.fail("tesseract ran on a cache hit"))
     assert TesseractOCR(cache=tmp_path, word_boxes="ink", sharpen=True).recognise(image).words[0] == "sharpened0"
+
+
+def _lone_words_page() -> OcrWords:
+    """A text line, a page number the page's reading took for letters ("wo"), one it read right, and a
+    short word inside the line."""
+    boxes = [[20, 20, 60, 32], [64, 20, 90, 32], [94, 20, 140, 32],      # "See", "it", "here"
+             [200, 180, 212, 192], [20, 180, 32, 192]]                     # "wo" and "12", each alone
+    return OcrWords(["See", "it", "here", "wo", "12"], np.array(boxes, np.float32), (200, 240),
+                    np.array([95.0, 93.0, 96.0, 38.0, 91.0], np.float32))
+
+
+def test_lone_short_words_are_the_short_words_alone_on_their_line_piece_not_yet_numbers():
+    from dociq.data.ocr import lone_short_words
+
+    assert lone_short_words(_lone_words_page()) == [3]       # not "it" (in a line), not "12" (a number)
+
+
+@needs_tesseract
+@pytest.mark.parametrize("again, expected", [
+    ((["2"], 90.0), ("2", 90.0)),       # read alone as a number, surer: the number
+    ((["2"], 20.0), ("wo", 38.0)),      # a number, but less sure than the page's reading: kept
+    ((["we"], 90.0), ("wo", 38.0)),     # letters again: kept
+    (([], 0.0), ("wo", 38.0)),          # nothing read: kept
+])
+def test_a_lone_word_read_alone_as_a_surer_number_becomes_that_number(monkeypatch, again, expected):
+    ocr = TesseractOCR(min_long_side=None)
+    crops = []
+
+    def alone(crop):
+        crops.append(crop.shape)
+        words, conf = again
+        return OcrWords(words, np.zeros((len(words), 4)), crop.shape, np.full(len(words), conf, np.float32))
+    monkeypatch.setattr(ocr, "_alone", alone)
+    page = _lone_words_page()
+    read = ocr._numbers_read_alone(np.full((200, 240, 3), 255, np.uint8), page)
+    assert crops == [(32, 36)]              # the word's box and a line's height round it, cut at the page's foot
+    assert (read.words[3], float(read.confidences[3])) == expected
+    assert read.words[:3] + read.words[4:] == ["See", "it", "here", "12"]
+    np.testing.assert_array_equal(read.boxes, page.boxes)
+
+
+@needs_tesseract
+def test_tesseract_reads_a_lone_figure_alone_and_caches_the_reading(tmp_path):
+    from PIL import Image, ImageDraw, ImageFont
+
+    from dociq.data.synthetic.fonts import font_path
+
+    crop = Image.new("L", (40, 48), 255)
+    ImageDraw.Draw(crop).text((12, 8), "2", fill=0, font=ImageFont.truetype(str(font_path("serif", "regular")), 26))
+    ocr = TesseractOCR(min_long_side=None, cache=tmp_path)
+    read = ocr._alone(np.asarray(crop))
+    assert read.words == ["2"] and read.confidences[0] > 50
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    assert ocr._alone(np.asarray(crop)).words == ["2"]       # from the cache
