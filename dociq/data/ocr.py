@@ -25,6 +25,7 @@ import numpy as np
 from dociq.data.errors import DEFAULT_MAX_PAGE_PIXELS
 from dociq.data.pdf import POINTS_PER_INCH, open_page, render_page, text_layer_words
 from dociq.data.ruling_lines import erase_ruling_lines
+from dociq.data.text_blocks import group_lines
 from dociq.data.unread_ink import unread_pieces
 from dociq.io.atomic import atomic_write_text
 
@@ -217,8 +218,6 @@ _NUMBER = re.compile(r"^[0-9]+$")
 def lone_short_words(read: "OcrWords") -> list[int]:
     """The indices of the words of at most LONE_WORD_CHARS characters, not already a number, that are
     alone on their line piece (`text_blocks.group_lines`)."""
-    from dociq.data.text_blocks import group_lines
-
     return [piece[0] for piece in group_lines(read.boxes) if len(piece) == 1
             and len(read.words[piece[0]]) <= LONE_WORD_CHARS and not _NUMBER.match(read.words[piece[0]])]
 
