@@ -207,6 +207,7 @@ def sure_words(read: "OcrWords") -> int:
 # line, thresholded with Otsu's global threshold — on a crop that is local already, and Sauvola's
 # window, larger than the crop, read a lone "7" as "-"
 UNREAD_INK_PSM, UNREAD_INK_BINARIZE = 7, "otsu"
+UNREAD_INK_READING = f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}"     # how it is named in cache keys
 # A word this short alone on its line piece (a page number, an item's number) is read again alone, the
 # same way: in the page's reading tesseract's language model turns a lone figure into letters ("2"
 # read as "wo", "10" as "w"; 15 % of the own split's scanned page numbers, docs/finetune.md, "A lone
@@ -296,7 +297,7 @@ class TesseractOCR:
         return {"lang": self.lang, "psm": self.psm, "min_long_side": self.min_long_side,
                 "word_boxes": self.word_boxes, "binarize": self.binarize,
                 "erase_rules": ERASED if self.erase_rules else False,
-                "unread_ink": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}" if self.read_unread_ink else False,
+                "unread_ink": UNREAD_INK_READING if self.read_unread_ink else False,
                 **sharpening}
 
     def recognise(self, image: np.ndarray) -> OcrWords:
@@ -368,7 +369,7 @@ class TesseractOCR:
             return OcrWords([], np.zeros((0, 4)), crop.shape[:2])
         if self.cache is None:
             return run()
-        settings = {"lang": self.lang, "alone": f"psm {UNREAD_INK_PSM}, {UNREAD_INK_BINARIZE}"}
+        settings = {"lang": self.lang, "alone": UNREAD_INK_READING}
         return self.cache.get_or_compute(OcrCache.key(image_hash(crop), self.name, settings), run)
 
     def _read(self, page, psm: int, binarize: str) -> list[HocrWord]:

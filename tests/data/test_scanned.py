@@ -1,6 +1,5 @@
 """Held-out pages as a scanner and OCR hand them over (dociq.data.scanned): degraded the same
 way for every answerer, words read back from the pixels, targets still on the page."""
-import json
 
 import numpy as np
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from dociq.cli.eval import main
 from dociq.data.synthetic.generator import SyntheticDocuments
 from dociq.data.scanned import ScannedPages
+from ocr_cache_files import page_readings
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +72,6 @@ def _cached(cache) -> dict:
     return {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
 
 
-def _page_readings(files) -> set:
-    """The cache entries that are readings of a whole page: the largest size read (the others are
-    short words read again alone, `TesseractOCR`'s `read_unread_ink`, from crops of it)."""
-    sizes = {p: tuple(json.loads(p.read_text())["size"]) for p in files}
-    page = max(sizes.values(), key=lambda hw: hw[0] * hw[1])
-    return {p for p, size in sizes.items() if size == page}
-
-
 def test_a_kept_ocr_cache_is_read_by_the_next_run(tmp_path):
     """`dociq eval --scan --ocr-cache DIR` keeps each scanned page's OCR words, so a second run on
     the same pages (another checkpoint, another code version) reads them instead of tesseract."""
@@ -96,11 +88,11 @@ def test_a_kept_ocr_cache_is_read_by_the_next_run(tmp_path):
     assert _cached(cache) == kept
     # by default the page is read as given and sharpened, the surer reading kept: both readings are
     # cached, so reading it only one way reads the cache (and rewrites nothing it holds)
-    assert len(_page_readings(kept)) == 2
+    assert len(page_readings(kept)) == 2
     for way in ("never", "always"):
         assert main(args + ["--ocr-sharpen", way]) == 0
         now = _cached(cache)
-        assert {p: now[p] for p in kept} == kept and _page_readings(now) == _page_readings(kept)
+        assert {p: now[p] for p in kept} == kept and page_readings(now) == page_readings(kept)
 
 
 @pytest.mark.parametrize("option", [["--ocr-cache", "ocr/"], ["--ocr-min-conf", "50"], ["--ocr-sharpen", "always"]])
