@@ -60,9 +60,10 @@ def page_units(pages) -> tuple[np.ndarray, np.ndarray]:
             continue
         boxes = np.asarray(page.word_boxes, np.float64).reshape(-1, 4)
         slope = skew_slope(boxes)                       # as the Predictor finds a scan's units
-        blocks = page_blocks(page.image, boxes, page.words, slope, ocr=page.word_confidences is not None)
+        ocr = page.word_confidences is not None
+        blocks = page_blocks(page.image, boxes, page.words, slope, ocr=ocr)
         units = text_units(blocks, boxes, page.words, slope)
-        features.append(unit_features(page.image, boxes, page.words, units))
+        features.append(unit_features(page.image, boxes, page.words, units, ocr=ocr))
         labels.append(unit_labels(page, units))
     return np.concatenate(features), np.concatenate(labels)
 

@@ -619,7 +619,7 @@ def test_regions_are_named_by_the_unit_classifier_when_the_predictor_has_one():
         def __init__(self):
             self.units = []
 
-        def unit_probabilities(self, image, word_boxes, words, units):
+        def unit_probabilities(self, image, word_boxes, words, units, ocr=False):
             self.units.extend(units)
             out = np.zeros((len(units), len(REGION_CLASSES)))
             for i, unit in enumerate(units):

@@ -72,7 +72,7 @@ class UnitsByFirstWord:
     def __init__(self):
         self.calls = 0
 
-    def unit_probabilities(self, image, word_boxes, words, units):
+    def unit_probabilities(self, image, word_boxes, words, units, ocr=False):
         self.calls += 1
         names = {"Report": "title", "7": "page_number"}
         return probs_for([names.get(words[unit[0]], "paragraph") for unit in units])

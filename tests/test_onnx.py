@@ -256,7 +256,7 @@ def test_class_questions_take_the_named_units_on_both_backends(pair, monkeypatch
     class MiddleWordIsTheNumber:
         classes = REGION_CLASSES
 
-        def unit_probabilities(self, image, word_boxes, words_, units):
+        def unit_probabilities(self, image, word_boxes, words_, units, ocr=False):
             probs = np.full((len(units), len(REGION_CLASSES)), 0.01)
             probs[:, REGION_CLASSES.index("paragraph")] = 0.5
             probs[[len(words) // 2 in unit for unit in units], REGION_CLASSES.index("page_number")] = 0.9

@@ -103,6 +103,50 @@ def test_the_packaged_classifier_names_a_title_paragraphs_and_a_page_number():
     assert probs[0, REGION_CLASSES.index("title")] == probs[:, REGION_CLASSES.index("title")].max()
 
 
+def list_page(bullet: str):
+    """A paragraph, then three list items at its margin, each opened by `bullet` (typeset, or as an OCR
+    reads one: "e", "«")."""
+    image = np.full((800, 600, 3), 255, np.uint8)
+    words, boxes = [], []
+
+    def line(texts, y, height=12, char=7):
+        x = 60
+        for text in texts:
+            width = char * len(text) * height / 12
+            boxes.append([x, y, x + width, y + height])
+            words.append(text)
+            x += width + 0.4 * height
+
+    for y in range(100, 100 + 5 * 16, 16):
+        line(["Body", "text", "runs", "on", "here", "across", "the", "whole", "column", "of", "text."], y)
+    for y in range(200, 200 + 3 * 24, 24):
+        line([bullet, "An", "item", "of", "the", "list", "says", "one", "thing."], y)
+    boxes = np.array(boxes, float)
+    for x0, y0, x1, y1 in boxes.astype(int):
+        image[y0 + (y1 - y0) // 4:y1 - (y1 - y0) // 4, x0:x1] = 20
+    return image, words, boxes
+
+
+@pytest.mark.parametrize("bullet", ["e", "\u00ab"])
+def test_a_bullet_an_ocr_read_as_a_letter_opens_a_list_item(bullet):
+    """On an OCR's words a bullet read as "e" or "«" counts as the bullet it was (as it opens a block in
+    `page_blocks`): the items are named list items, as with a typeset "•"; on a text layer it does not."""
+    classifier, item = default_unit_classifier(), REGION_CLASSES.index("list_item")
+    image, words, boxes = list_page("\u2022")
+    typeset = classifier.unit_probabilities(image, boxes, words, text_units(page_blocks(image, boxes, words), boxes, words))
+    image, words, boxes = list_page(bullet)
+    units = text_units(page_blocks(image, boxes, words, ocr=True), boxes, words)
+    assert len(units) == 4
+    opens = FEATURE_NAMES.index("opens_with_bullet")
+    assert unit_features(image, boxes, words, units, ocr=True)[:, opens].tolist() == [0, 1, 1, 1]
+    assert unit_features(image, boxes, words, units)[:, opens].tolist() == [0, 0, 0, 0]
+    read = classifier.unit_probabilities(image, boxes, words, units, ocr=True)
+    as_text = classifier.unit_probabilities(image, boxes, words, units)
+    assert [REGION_CLASSES[k] for k in read.argmax(1)] == ["paragraph", "list_item", "list_item", "list_item"]
+    np.testing.assert_allclose(read, typeset)
+    assert np.all(as_text[1:, item] < 0.5)
+
+
 def test_the_fit_script_labels_each_unit_with_its_words_class():
     import sys
     from pathlib import Path

@@ -242,14 +242,15 @@ def region_words(region_masks: Sequence[np.ndarray], word_boxes: np.ndarray) -> 
 
 
 def classes_from_units(region_masks: Sequence[np.ndarray], image: np.ndarray, word_boxes: np.ndarray,
-                       words: Sequence[str], classifier) -> list[tuple[str, float] | None]:
-    """Per region, (class, probability) by the unit classifier (`UnitClassifier.unit_probabilities`)
-    with the region's words (`region_words`) as one text unit; None for a region without words."""
+                       words: Sequence[str], classifier, ocr: bool = False) -> list[tuple[str, float] | None]:
+    """Per region, (class, probability) by the unit classifier (`UnitClassifier.unit_probabilities`;
+    `ocr`: the words are an OCR engine's) with the region's words (`region_words`) as one text unit;
+    None for a region without words."""
     inside = region_words(region_masks, word_boxes)
     named = [i for i, ids in enumerate(inside) if len(ids)]
     out: list[tuple[str, float] | None] = [None] * len(inside)
     if named:
-        probs = classifier.unit_probabilities(image, word_boxes, words, [inside[i].tolist() for i in named])
+        probs = classifier.unit_probabilities(image, word_boxes, words, [inside[i].tolist() for i in named], ocr=ocr)
         for i, p in zip(named, probs):
             k = int(p.argmax())
             out[i] = (REGION_CLASSES[k], float(p[k]))
@@ -558,7 +559,8 @@ class PageSegmenter:
             if classifier is None:
                 raise ValueError("class_source='units' but the predictor has no unit_classifier: give it one "
                                  "(dociq.inference.unit_classifier) or use class_source='answers'")
-            return classes_from_units(masks, page.image, page.word_boxes, page.words, classifier)
+            return classes_from_units(masks, page.image, page.word_boxes, page.words, classifier,
+                                      ocr=page.word_confidences is not None)
         probs = self.word_probabilities()
         return classes_from_words(masks, page.word_boxes, probs, REGION_CLASSES) \
             if probs is not None else [None] * len(masks)

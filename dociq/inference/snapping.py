@@ -197,7 +197,8 @@ def _answer_classes(masks: np.ndarray, prompts: Prompts, page, word_boxes: np.nd
         return snap(masks, prompts)
     if any(named) and page.unit_probs is None:                                   # once per page
         page.text_units = text_units(page.text_blocks, word_boxes, page.words, page_slope(page, word_boxes))
-        page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units)
+        page.unit_probs = unit_classifier.unit_probabilities(page.image, word_boxes, page.words, page.text_units,
+                                                             ocr=page.word_confidences is not None)
         sure = page_sure(page)
         if sure is not None and len(page.text_units):
             # a unit of words the OCR only doubts is ink read as letters (a signature's stroke read

@@ -71,9 +71,10 @@ class UnitClassifier:
         return out
 
     def unit_probabilities(self, image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str],
-                           units: Sequence[Sequence[int]]) -> np.ndarray:
-        """float64 [U, len(REGION_CLASSES)]: `probabilities` of the page's text units."""
-        return self.probabilities(unit_features(image, word_boxes, words, units))
+                           units: Sequence[Sequence[int]], ocr: bool = False) -> np.ndarray:
+        """float64 [U, len(REGION_CLASSES)]: `probabilities` of the page's text units (`ocr`: the
+        words are an OCR engine's, as `unit_features` takes it)."""
+        return self.probabilities(unit_features(image, word_boxes, words, units, ocr=ocr))
 
     # ---- files ----------------------------------------------------------------------------------
 

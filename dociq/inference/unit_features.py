@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dociq.data.text_blocks import drawn_bullets
+from dociq.data.text_blocks import drawn_bullets, read_bullets
 
 BULLETS = frozenset("\u2022\u00b7\u25aa\u25e6\u2023\u2219\u25cb\u25cf\u25a0\u25a1\u2013-*\u25ba\u25b8")
 ENUMERATOR = re.compile(r"^(\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|\(?[ivxlcIVXLC]{1,5}[.)])$")
@@ -38,15 +38,19 @@ FEATURE_NAMES = (
 
 
 def unit_features(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str],
-                  units: Sequence[Sequence[int]]) -> np.ndarray:
+                  units: Sequence[Sequence[int]], ocr: bool = False) -> np.ndarray:
     """float32 [U, len(FEATURE_NAMES)]: the features of each text unit (word indices into
-    `words` / `word_boxes` [N, 4] pixels of `image` uint8 [H, W, 3]), as named in FEATURE_NAMES."""
+    `words` / `word_boxes` [N, 4] pixels of `image` uint8 [H, W, 3]), as named in FEATURE_NAMES.
+    `ocr`: the words are an OCR engine's, so a first word read from a bullet ("e", "«", "©":
+    `text_blocks.read_bullets`) opens the unit with a bullet, as it opens a block in `page_blocks`."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not len(units):
         return np.zeros((0, len(FEATURE_NAMES)), np.float32)
     height, width = image.shape[:2]
     grey = image.mean(-1) if image.ndim == 3 else image.astype(np.float64)
     bullets_drawn = drawn_bullets(image, boxes)
+    if ocr:
+        bullets_drawn |= read_bullets(words, len(boxes))
     body = float(np.median(boxes[:, 3] - boxes[:, 1]))
     frames = np.array([[*boxes[list(u), :2].min(0), *boxes[list(u), 2:].max(0)] for u in units])
     text_top, text_bottom = frames[:, 1].min(), frames[:, 3].max()
