@@ -117,7 +117,8 @@ forms-heldout: $(STAMP) corpus-tools
 # naming text units' layout classes, refitted on the corpus's training pages, 2,000 synthetic pages
 # and 300 browser-printed forms for the form classes, and on SCANNED_UNITS corpus pages and
 # SCANNED_FORMS forms scanned and read by tesseract (its readings kept in OCR_CACHE, filled first
-# by one worker per core: 400 pages in ~15 min, 100 forms in ~3 min on 2 cores; the fit ~10 min).
+# by one worker per core, each scan read plain and sharpened: 400 pages in ~20 min, 100 forms in ~4 min
+# on 2 cores; the fit ~10 min).
 SCANNED_UNITS ?= 400
 SCANNED_FORMS ?= 100
 OCR_CACHE ?= $(if $(DOCIQ_ROOT),$(DOCIQ_ROOT),.)/.cache/dociq/ocr
