@@ -74,6 +74,7 @@ class UnitsByFirstWord:
 
     def unit_probabilities(self, image, word_boxes, words, units, ocr=False):
         self.calls += 1
+        self.ocr = ocr
         names = {"Report": "title", "7": "page_number"}
         return probs_for([names.get(words[unit[0]], "paragraph") for unit in units])
 
@@ -153,3 +154,16 @@ def test_a_unit_of_words_the_ocr_doubts_answers_no_class_question(predictor, pag
     predictor.set_image(page, words=OcrWords(WORDS, WORD_BOXES, (H, W), confidences))
     assert not predictor.predict(question="segment the title")[0][0][5:20, 10:70].any()
     assert predictor.page.words == WORDS
+
+
+def test_the_classifier_is_told_when_the_words_are_an_ocrs(predictor, page):
+    """A bullet an OCR read as "e" counts as a bullet only on an OCR's words (`unit_features`' `ocr`):
+    the Predictor says which words it has."""
+    from dociq.data.ocr import OcrWords
+
+    predictor, classifier = predictor
+    predictor.predict(question="the page number")
+    assert classifier.ocr is False                           # words given with their boxes: a text layer
+    predictor.set_image(page, words=OcrWords(WORDS, WORD_BOXES, (H, W), np.full(len(WORDS), 95.0)))
+    predictor.predict(question="the page number")
+    assert classifier.ocr is True
