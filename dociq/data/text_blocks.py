@@ -452,6 +452,16 @@ def drawn_leaders(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
     return out
 
 
+def item_openers(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
+                 ocr: bool = False) -> np.ndarray:
+    """bool [N]: the words that open a list item by a bullet not written as one: drawn left of them
+    (`drawn_bullets`), or, with `ocr` (the words are an OCR engine's), read as a letter (`read_bullets`)."""
+    opens = drawn_bullets(image, word_boxes)
+    if ocr:
+        opens |= read_bullets(words, len(opens))
+    return opens
+
+
 def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                 slope: float | None = None, ocr: bool = False) -> list[list[int]]:
     """The text blocks a reader sees on a page: `group_blocks` with the list items whose bullets are
@@ -465,10 +475,7 @@ def page_blocks(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] 
     alone, as it was trained."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     slope = skew_slope(boxes) if slope is None and len(boxes) else (slope or 0.0)
-    opens_item = drawn_bullets(image, boxes)
-    if ocr:
-        opens_item |= read_bullets(words, len(boxes))
-    return group_blocks(level_boxes(boxes, slope), words, opens_item=opens_item,
+    return group_blocks(level_boxes(boxes, slope), words, opens_item=item_openers(image, boxes, words, ocr),
                         split_indented=True, split_entries=True, word_heights=ocr,
                         ends_entry=drawn_leaders(image, boxes) if ocr else None)
 

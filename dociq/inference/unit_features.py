@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dociq.data.text_blocks import drawn_bullets, read_bullets
+from dociq.data.text_blocks import item_openers
 
 BULLETS = frozenset("\u2022\u00b7\u25aa\u25e6\u2023\u2219\u25cb\u25cf\u25a0\u25a1\u2013-*\u25ba\u25b8")
 ENUMERATOR = re.compile(r"^(\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)]|\(?[ivxlcIVXLC]{1,5}[.)])$")
@@ -41,16 +41,14 @@ def unit_features(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                   units: Sequence[Sequence[int]], ocr: bool = False) -> np.ndarray:
     """float32 [U, len(FEATURE_NAMES)]: the features of each text unit (word indices into
     `words` / `word_boxes` [N, 4] pixels of `image` uint8 [H, W, 3]), as named in FEATURE_NAMES.
-    `ocr`: the words are an OCR engine's, so a first word read from a bullet ("e", "«", "©":
-    `text_blocks.read_bullets`) opens the unit with a bullet, as it opens a block in `page_blocks`."""
+    `ocr`: the words are an OCR engine's, so a first word read from a bullet ("e", "«", "©") opens
+    the unit with a bullet, as it opens a block in `page_blocks` (`text_blocks.item_openers`)."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not len(units):
         return np.zeros((0, len(FEATURE_NAMES)), np.float32)
     height, width = image.shape[:2]
     grey = image.mean(-1) if image.ndim == 3 else image.astype(np.float64)
-    bullets_drawn = drawn_bullets(image, boxes)
-    if ocr:
-        bullets_drawn |= read_bullets(words, len(boxes))
+    opens_item = item_openers(image, boxes, words, ocr)
     body = float(np.median(boxes[:, 3] - boxes[:, 1]))
     frames = np.array([[*boxes[list(u), :2].min(0), *boxes[list(u), 2:].max(0)] for u in units])
     text_top, text_bottom = frames[:, 1].min(), frames[:, 3].max()
@@ -83,7 +81,7 @@ def unit_features(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
             (y0 - text_top) / height, (text_bottom - y1) / height,
             len(unit), lines, characters / lines, np.log(characters),
             line_height / body, (x0 - margin) / body,
-            float(first in BULLETS or bool(bullets_drawn[unit[0]])), float(bool(ENUMERATOR.match(first))),
+            float(first in BULLETS or bool(opens_item[unit[0]])), float(bool(ENUMERATOR.match(first))),
             float(all(NUMBER.match(t) for t in texts)), float(bool(NUMBER.match(texts[-1]))),
             sum(c.isdigit() for c in text) / characters, sum(c.isupper() for c in text) / characters,
             sum(c in CODE_CHARACTERS for c in text) / characters, float(text.rstrip().endswith(".")),
