@@ -452,13 +452,57 @@ def drawn_leaders(image: np.ndarray, word_boxes: np.ndarray, ink_below: float = 
     return out
 
 
+MARKER_CHARS = 3          # a line's marker ("©", "w -", "N .") spells at most this many characters
+
+
+def _marker_words(words: Sequence[str]) -> int:
+    """How many of a line's first `words` read as a list item's marker an OCR made of a bullet or a
+    number drawn in a badge: one word of at most two characters (not two letters: "if", "is"), or
+    such a word and a punctuation mark ("w -", "uw ."), MARKER_CHARS characters in all; 0 if none."""
+    first = str(words[0]).strip()
+    if not 0 < len(first) <= 2 or len(words) < 2:
+        return 0
+    second = str(words[1]).strip()
+    if len(words) > 2 and second and not any(c.isalnum() for c in second) and len(first) + len(second) <= MARKER_CHARS:
+        return 2
+    return 1 if len(first) == 1 or not first.isalpha() else 0
+
+
+def hanging_markers(word_boxes: np.ndarray, words: Sequence[str] | None = None, align: float = 0.5,
+                    max_gap: float = 1.0) -> np.ndarray:
+    """bool [N]: the words that open a list item by its hanging indent: a line piece opens with a
+    short marker (`_marker_words`) and the line just below it (at most `max_gap` x the line height
+    under it, in its column) starts where the marker's text starts, within `align` x the line
+    height — whatever the OCR read the bullet or the number as, the item's text wraps under
+    itself, right of its marker. A paragraph's lines start flush with one another."""
+    boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
+    out = np.zeros(len(boxes), bool)
+    if words is None or not len(boxes):
+        return out
+    pieces = group_lines(boxes)
+    spans = np.array([[boxes[p, 0].min(), boxes[p, 1].min(), boxes[p, 2].max(), boxes[p, 3].max()] for p in pieces])
+    for piece, span in zip(pieces, spans):
+        count = _marker_words([words[k] for k in piece[:3]])
+        if not count:
+            continue
+        height = line_height(boxes[piece])
+        text_x = boxes[piece[count], 0]
+        gap = spans[:, 1] - span[3]
+        below = (gap > -0.5 * height) & (gap <= max_gap * height) & (spans[:, 0] < span[2]) & (spans[:, 2] > text_x)
+        if below.any():
+            under = spans[int(np.where(below, spans[:, 1], np.inf).argmin())]
+            out[piece[0]] = abs(under[0] - text_x) <= align * height and under[0] - span[0] > align * height
+    return out
+
+
 def item_openers(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str] | None = None,
                  ocr: bool = False) -> np.ndarray:
     """bool [N]: the words that open a list item by a bullet not written as one: drawn left of them
-    (`drawn_bullets`), or, with `ocr` (the words are an OCR engine's), read as a letter (`read_bullets`)."""
+    (`drawn_bullets`), or, with `ocr` (the words are an OCR engine's), read as a letter (`read_bullets`)
+    or as any short marker its item's text hangs right of (`hanging_markers`)."""
     opens = drawn_bullets(image, word_boxes)
     if ocr:
-        opens |= read_bullets(words, len(opens))
+        opens |= read_bullets(words, len(opens)) | hanging_markers(word_boxes, words)
     return opens
 
 

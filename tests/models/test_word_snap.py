@@ -293,6 +293,35 @@ def test_bullets_an_ocr_read_as_letters_open_list_items():
     assert page_blocks(page, boxes, words, slope=0.0) == [list(range(12))]
 
 
+def test_numbered_steps_whose_badges_an_ocr_misread_open_items_by_their_hanging_indent():
+    from dociq.data.text_blocks import hanging_markers, page_blocks
+
+    # a paragraph, then two steps whose numbers are drawn in badges: tesseract read them as "w -"
+    # and "N ."; each step's second line starts under its text, right of the marker, 4 px below
+    lines = [(20, ("Printing", "on", "both", "sides")), (20, ("of", "the", "paper", "needs")),
+             (20, ("w", "-", "Open", "the", "dialog")), (44, ("and", "choose", "Print")),
+             (20, ("N", ".", "Go", "to", "Setup")), (44, ("and", "pick", "Two-sided"))]
+    boxes, words = [], []
+    for r, (x, row) in enumerate(lines):
+        y = 50 + 14 * r
+        for word in row:
+            width = 6 if len(word) == 1 else 8 * len(word)
+            boxes.append([x, y, x + width, y + 10])
+            words.append(word)
+            x += width + 6
+    boxes = np.array(boxes, float)
+    page = np.full((200, 300, 3), 255, np.uint8)
+    assert np.flatnonzero(hanging_markers(boxes, words)).tolist() == [8, 16]      # "w" and "N"
+    assert page_blocks(page, boxes, words, slope=0.0, ocr=True) == [list(range(8)), list(range(8, 16)),
+                                                                     list(range(16, 24))]
+    # the same lines flush left are a paragraph's: no marker hangs, and "of the" opens nothing
+    flush = boxes.copy()
+    flush[[13, 14, 15, 21, 22, 23], 0::2] -= 24
+    assert not hanging_markers(flush, words).any()
+    # a text layer's "w" is a word: the step's first line joins the paragraph, its wrapped line is set apart
+    assert page_blocks(page, boxes, words, slope=0.0) == [list(range(13)), list(range(13, 21)), [21, 22, 23]]
+
+
 def test_contents_entries_whose_leaders_an_ocr_left_out_stay_apart_and_whole():
     from dociq.data.text_blocks import drawn_leaders, page_blocks
 
