@@ -83,10 +83,16 @@ class OcrWords:
         scale = np.array([sx, sy, sx, sy], dtype=np.float32)
         return OcrWords(list(self.words), self.boxes * scale, size, self.confidences.copy())
 
-    def widened(self, share: float) -> "OcrWords":
-        """The same words with each box widened by `share` of its height on either side (inside the page)."""
+    def widened(self, share: float, digit_advance: float = 0.0) -> "OcrWords":
+        """The same words with each box widened by `share` of its height on either side, and a word
+        of digits to at least `digit_advance` x its height per digit about its centre: a typeface's
+        figures share one advance width, so a "1", whose ink is a stroke, sits in a box as wide as a
+        "0" (inside the page)."""
         boxes = self.boxes.copy()
-        pad = share * (boxes[:, 3] - boxes[:, 1])
+        height = boxes[:, 3] - boxes[:, 1]
+        pad = share * height
+        digits = np.array([len(w) if w.isdigit() else 0 for w in self.words], np.float32)
+        pad = np.maximum(pad, (digits * digit_advance * height - (boxes[:, 2] - boxes[:, 0])) / 2)
         boxes[:, 0] = np.maximum(boxes[:, 0] - pad, 0.0)
         boxes[:, 2] = np.minimum(boxes[:, 2] + pad, float(self.size[1]))
         return OcrWords(list(self.words), boxes, self.size, self.confidences.copy())
@@ -184,6 +190,11 @@ WORD_BOXES = ("font", "ink", "line")
 # forms, 1,715 words / 12 corpus pages, 1,682 words): 0 0.878 / 0.861, 0.02 0.885 / 0.874,
 # 0.04 0.886 / 0.882, 0.06 0.881 / 0.881 (docs/finetune.md, "Every word tesseract reads").
 SIDE_BEARING = 0.04
+# A number's box is at least this share of its height wide per digit: a text layer's boxes of words of
+# one digit are 0.47 / 0.50 / 0.52 of their height wide (5th / 25th / 50th percentile; 1,465 words on
+# every fifth training page; 0.47 / 0.50 / 0.53 per digit for two digits), whatever the digit, where
+# tesseract's box of a "1" spans its stroke (docs/finetune.md, "A step's marker and a number's figures").
+DIGIT_ADVANCE = 0.5
 # what `erase_rules` erases, in the cache's key (dociq.data.ruling_lines)
 ERASED = "rules and box sides"
 # `sharpen`: an unsharp mask (PIL's: radius px, percent, threshold) applied to the page before it is
@@ -244,7 +255,8 @@ class TesseractOCR:
     line, from its baseline down to the line's descenders and up by its row height (tesseract's hOCR
     `baseline`, `x_size`, `x_descenders`), as a PDF text layer's boxes span the font's ascent and
     descent whatever the letters, and as wide as its letters with their side bearings
-    (`side_bearing` of its height on either side, SIDE_BEARING); "ink": tesseract's glyph-tight
+    (`side_bearing` of its height on either side, SIDE_BEARING) and a number as wide as its digits'
+    advances (`digit_advance` of its height per digit, DIGIT_ADVANCE); "ink": tesseract's glyph-tight
     box; "line": the top of the line's tallest glyph to the bottom of its lowest. Against the text
     layer's boxes of the same words on scanned pages (mean IoU; 6 corpus pages, 1,859 words / 6
     browser-printed forms, 441 words) ink boxes score 0.67 / 0.72, line boxes 0.82 / 0.79, font
@@ -257,7 +269,7 @@ class TesseractOCR:
                  cache: OcrCache | str | Path | None = None, tesseract_cmd: str | None = None,
                  min_long_side: int | None = OCR_MIN_LONG_SIDE, word_boxes: str = "font",
                  binarize: str = "sauvola", erase_rules: bool = True, side_bearing: float = SIDE_BEARING,
-                 read_unread_ink: bool = True, sharpen: bool | str = "surer"):
+                 digit_advance: float = DIGIT_ADVANCE, read_unread_ink: bool = True, sharpen: bool | str = "surer"):
         import pytesseract
 
         if binarize not in BINARIZATIONS:
@@ -272,6 +284,7 @@ class TesseractOCR:
         self.lang, self.psm, self.binarize = lang, int(psm), binarize
         self.min_conf, self.min_conf_digits = float(min_conf), float(min_conf_digits)
         self.word_boxes, self.erase_rules, self.side_bearing = word_boxes, bool(erase_rules), float(side_bearing)
+        self.digit_advance = float(digit_advance)
         self.read_unread_ink, self.sharpen = bool(read_unread_ink), sharpen
         self.min_long_side = None if min_long_side is None else int(min_long_side)
         self.cache = _as_cache(cache)
@@ -306,7 +319,7 @@ class TesseractOCR:
         if self.read_unread_ink:
             read = self._numbers_read_alone(image, read)
         read = read.confident(self.min_conf, self.min_conf_digits)
-        return read.widened(self.side_bearing) if self.word_boxes == "font" and self.side_bearing else read
+        return read.widened(self.side_bearing, self.digit_advance) if self.word_boxes == "font" else read
 
     def _reading(self, image: np.ndarray, sharpened: bool) -> OcrWords:
         """Every word tesseract reads on the page, sharpened first or not, from the cache if it holds them."""

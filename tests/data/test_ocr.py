@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dociq.data.errors import BadSampleError
-from dociq.data.ocr import SIDE_BEARING, OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
+from dociq.data.ocr import DIGIT_ADVANCE, SIDE_BEARING, OcrCache, OcrWords, PdfTextLayer, TesseractOCR, make_ocr, read_surely
 from script_module import load_script
 
 PAGE_W, PAGE_H, FONT = 300, 200, 24  # points
@@ -162,6 +162,18 @@ def test_widened_pads_each_box_by_a_share_of_its_height_inside_the_page():
     np.testing.assert_allclose(wide.boxes, [[0, 0, 20.5, 10], [29, 0, 40, 20]])    # 0.5 / 1 px a side, clipped
     assert wide.words == read.words and list(wide.confidences) == [96.0, 40.0]
     np.testing.assert_array_equal(read.boxes[0], [0.5, 0, 20, 10])                # a copy
+
+
+def test_a_numbers_box_is_as_wide_as_its_digits_advances_about_its_ink():
+    # a "1" whose ink is a 2-px stroke, a "10" already wide enough, a word of letters as narrow
+    read = OcrWords(["1", "10", "l", "1a"], np.array([[20, 0, 22, 12], [40, 0, 53, 12], [60, 0, 62, 12],
+                                                     [70, 0, 74, 12]]), (20, 80))
+    wide = read.widened(0.04, digit_advance=0.5)
+    np.testing.assert_allclose(wide.boxes[0], [18, 0, 24, 12])                     # 0.5 x 12 px, centred
+    np.testing.assert_allclose(wide.boxes[1:, [0, 2]], [[39.52, 53.48], [59.52, 62.48], [69.52, 74.48]])
+    np.testing.assert_allclose(read.widened(0.04).boxes[0], [19.52, 0, 22.48, 12])  # no advance asked: bearings only
+    edge = OcrWords(["7"], np.array([[1, 0, 3, 12]]), (20, 80)).widened(0.0, digit_advance=0.5)
+    np.testing.assert_allclose(edge.boxes[0], [0, 0, 5, 12])                       # inside the page
 
 
 def test_read_surely_tells_the_words_tesseract_doubts_and_trusts_given_words():
@@ -401,8 +413,10 @@ def test_tesseract_font_boxes_span_the_lines_ascenders_and_descenders():
     ink = TesseractOCR(word_boxes="ink", min_long_side=None).recognise(image)
     tall = TesseractOCR(min_long_side=None).recognise(image)
     assert tall.words == ink.words == ["NAME", "2024", "gladly"]
-    # as wide as the ink and its letters' side bearings
-    bearing = SIDE_BEARING * (tall.boxes[:, 3] - tall.boxes[:, 1])
+    # as wide as the ink and its letters' side bearings, a number at least as its digits' advances
+    height = tall.boxes[:, 3] - tall.boxes[:, 1]
+    bearing = np.maximum(SIDE_BEARING * height, (np.array([0, 4, 0]) * DIGIT_ADVANCE * height
+                                                 - (ink.boxes[:, 2] - ink.boxes[:, 0])) / 2)
     np.testing.assert_allclose(tall.boxes[:, 0], ink.boxes[:, 0] - bearing, atol=1e-4)
     np.testing.assert_allclose(tall.boxes[:, 2], ink.boxes[:, 2] + bearing, atol=1e-4)
     assert (ink.boxes[:2, 3] < ink.boxes[2, 3] - 6).all()    # glyph-tight: caps end above the descender
