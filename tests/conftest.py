@@ -15,6 +15,21 @@ from pdf_bytes import pdf_from_objects  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _process_left_as_found():
+    """Each test leaves the process as it found it. An in-process Lightning run with a DDP strategy
+    sets OMP_NUM_THREADS, MASTER_PORT, LOCAL_RANK and torch's threads and keeps its process group;
+    inherited, OMP_NUM_THREADS=2 gave each rank of a later two-process run two threads on two cores,
+    and that test took 400 s instead of 60."""
+    env, threads = dict(os.environ), torch.get_num_threads()
+    yield
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def repo_root():
     from pathlib import Path
