@@ -154,6 +154,12 @@ def group_lines(word_boxes: np.ndarray, min_overlap: float = 0.5, gap_factor: fl
     return out
 
 
+def line_extents(boxes: np.ndarray, lines: Sequence[Sequence[int]]) -> np.ndarray:
+    """float [L, 4]: x0, y0, x1, y1 around the words of each line (word indices into boxes [N, 4])."""
+    return np.array([[boxes[ln, 0].min(), boxes[ln, 1].min(), boxes[ln, 2].max(), boxes[ln, 3].max()]
+                     for ln in lines]).reshape(-1, 4)
+
+
 def line_points(word_boxes: np.ndarray, **grouping) -> np.ndarray:
     """float [L, 2] pixel (x, y): one click per text line, the centre of the word nearest the line's
     middle (on ink, where a click on a line lands)."""
@@ -327,8 +333,7 @@ def group_blocks(word_boxes: np.ndarray, words: Sequence[str] | None = None, max
     leaders = leader_words(words, len(boxes)) if split_entries else np.zeros(len(boxes), bool)
     ends_entry = np.zeros(len(boxes), bool) if ends_entry is None else np.asarray(ends_entry, bool)
     lines = group_lines(boxes, marks=leaders | ends_entry)     # an entry's title and page number stay one line
-    spans = np.array([[boxes[ln, 0].min(), boxes[ln, 1].min(), boxes[ln, 2].max(), boxes[ln, 3].max()]
-                      for ln in lines]).reshape(-1, 4)
+    spans = line_extents(boxes, lines)
     heights = np.array([line_height(boxes[ln]) for ln in lines]) if word_heights else spans[:, 3] - spans[:, 1]
     max_gap = paragraph_gap(spans, heights, max_gap, ragged=word_heights)
     blocks: list[list[int]] = []
@@ -477,10 +482,8 @@ def hanging_markers(word_boxes: np.ndarray, words: Sequence[str] | None = None, 
     itself, right of its marker. A paragraph's lines start flush with one another."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     out = np.zeros(len(boxes), bool)
-    if words is None or not len(boxes):
-        return out
-    pieces = group_lines(boxes)
-    spans = np.array([[boxes[p, 0].min(), boxes[p, 1].min(), boxes[p, 2].max(), boxes[p, 3].max()] for p in pieces])
+    pieces = [] if words is None else group_lines(boxes)
+    spans = line_extents(boxes, pieces)
     for piece, span in zip(pieces, spans):
         count = _marker_words([words[k] for k in piece[:3]])
         if not count:

@@ -20,7 +20,8 @@ from scipy import ndimage
 
 from dociq.data.lexical import NO_MATCH, answer_quotes, match_matrix, names_text_unit, quoted_in_parts
 from dociq.data.masks import mask_box
-from dociq.data.text_blocks import group_blocks, group_lines, leader_words, level_boxes, numbering_words
+from dociq.data.text_blocks import (group_blocks, group_lines, leader_words, level_boxes, line_extents,
+                                    numbering_words)
 
 # A word belongs to a mask part when at least this share of its box is inside the mask ...
 WORD_INSIDE = 0.5
@@ -496,7 +497,7 @@ def field_values(word_boxes: np.ndarray, words: Sequence[str] | None) -> np.ndar
     if words is None or not len(boxes):
         return out
     pieces = group_lines(boxes)
-    spans = np.array([[boxes[p, 0].min(), boxes[p, 1].min(), boxes[p, 2].max(), boxes[p, 3].max()] for p in pieces])
+    spans = line_extents(boxes, pieces)
     heights = spans[:, 3] - spans[:, 1]
     for j, piece in enumerate(pieces):
         if not str(words[piece[-1]]).endswith(":"):
