@@ -19,8 +19,8 @@ torch.set_num_threads(1)
 def _process_left_as_found():
     """Each test leaves the process as it found it. An in-process Lightning run with a DDP strategy
     sets OMP_NUM_THREADS, MASTER_PORT, LOCAL_RANK and torch's threads and keeps its process group;
-    inherited, OMP_NUM_THREADS=2 gave each rank of a later two-process run two threads on two cores,
-    and that test took 400 s instead of 60."""
+    a later two-process run that inherits OMP_NUM_THREADS=2 gives each rank two threads on two
+    cores, and runs several times slower."""
     env, threads = dict(os.environ), torch.get_num_threads()
     yield
     if torch.distributed.is_available() and torch.distributed.is_initialized():
