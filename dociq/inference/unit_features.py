@@ -41,8 +41,9 @@ def unit_features(image: np.ndarray, word_boxes: np.ndarray, words: Sequence[str
                   units: Sequence[Sequence[int]], ocr: bool = False) -> np.ndarray:
     """float32 [U, len(FEATURE_NAMES)]: the features of each text unit (word indices into
     `words` / `word_boxes` [N, 4] pixels of `image` uint8 [H, W, 3]), as named in FEATURE_NAMES.
-    `ocr`: the words are an OCR engine's, so a first word read from a bullet ("e", "«", "©") opens
-    the unit with a bullet, as it opens a block in `page_blocks` (`text_blocks.item_openers`)."""
+    `ocr`: the words are an OCR engine's, so a first word read from a bullet ("e", "«", "©"), or a
+    short marker the unit's next line hangs right of ("w -"), opens the unit with a bullet, as it
+    opens a block in `page_blocks` (`text_blocks.item_openers`)."""
     boxes = np.asarray(word_boxes, dtype=np.float64).reshape(-1, 4)
     if not len(units):
         return np.zeros((0, len(FEATURE_NAMES)), np.float32)
