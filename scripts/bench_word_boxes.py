@@ -2,7 +2,11 @@
 pages, each word tesseract reads is matched to the text-layer word of the same (normalised,
 case-folded) text whose box it overlaps most (IoU over 0.3), and the table gives the mean IoU of
 the pairs with tesseract's font boxes widened by each share of their height on either side
-(`TesseractOCR(side_bearing=...)`), and the mean offset of each edge at no widening.
+(`TesseractOCR(side_bearing=...)`), and the mean offset of each edge at no widening; then, widened by
+the default side bearing, with the boxes of words holding a letter reaching each (rise, drop) share of
+their height higher and lower (as a text layer's box spans the font's ascent and descent; measured on
+2026-12-06 and not applied: taller boxes change how the page's lines group into units, see
+docs/finetune.md, "A font's ascent on a scan").
 
     python scripts/bench_word_boxes.py --corpus data/forms_train --split all --pages 60 --ocr-cache DIR
     python scripts/bench_word_boxes.py --corpus data/corpus --split train --pages 12 [--shares 0 0.02 0.04]
@@ -31,8 +35,8 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def matched_boxes(read_words, read_boxes, words, boxes) -> tuple[np.ndarray, np.ndarray]:
-    """(read [M, 4], truth [M, 4]): each read word with the text-layer box of the same text it
-    overlaps most, where that IoU is over 0.3."""
+    """(read [M, 4], truth [M, 4], texts [M]): each read word with the text-layer box of the same
+    text it overlaps most, where that IoU is over 0.3."""
     keys = [normalise(w).casefold() for w in words]
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     pairs = []
@@ -42,11 +46,11 @@ def matched_boxes(read_words, read_boxes, words, boxes) -> tuple[np.ndarray, np.
             continue
         ious = box_iou(np.repeat(box[None], len(same), 0), boxes[same])
         if ious.max() > 0.3:
-            pairs.append((box, boxes[same[int(ious.argmax())]]))
+            pairs.append((box, boxes[same[int(ious.argmax())]], word))
     if not pairs:
-        return np.zeros((0, 4)), np.zeros((0, 4))
-    read, truth = map(np.array, zip(*pairs))
-    return read, truth
+        return np.zeros((0, 4)), np.zeros((0, 4)), []
+    read, truth, texts = zip(*pairs)
+    return np.array(read), np.array(truth), list(texts)
 
 
 def main() -> None:
@@ -57,12 +61,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="which scan each page gets (as dociq eval --seed)")
     p.add_argument("--shares", nargs="+", type=float, default=[0.0, 0.02, SIDE_BEARING, 0.06, 0.08],
                    help="side bearings to compare, as shares of a word's height")
+    p.add_argument("--reaches", nargs="+", default=["0,0", "0.02,0.01", "0.04,0.02", "0.06,0.02", "0.06,0.04"],
+                   help="(rise,drop) of lettered words' boxes to compare, as shares of their height")
     p.add_argument("--ocr-cache", default=None, help="tesseract's cache (as dociq eval --ocr-cache)")
     args = p.parse_args()
     pages = CorpusDocuments(root=args.corpus, split=None if args.split == "all" else args.split)
     ocr = TesseractOCR(cache=args.ocr_cache, side_bearing=0.0)
     picked = np.unique(np.linspace(0, len(pages) - 1, min(args.pages, len(pages))).round().astype(int))
-    read, truth, used = [], [], 0
+    read, truth, texts, used = [], [], [], 0
     for index in picked:
         page = pages[int(index)]
         if page is None or not page.words:
@@ -71,8 +77,8 @@ def main() -> None:
         if any(step.startswith("rotate") for step in scan.meta.get("degradations", [])):
             continue
         words = ocr.recognise(scan.image)
-        a, b = matched_boxes(words.words, words.boxes, scan.words, scan.word_boxes)
-        read.append(a), truth.append(b)
+        a, b, t = matched_boxes(words.words, words.boxes, scan.words, scan.word_boxes)
+        read.append(a), truth.append(b), texts.extend(t)
         used += 1
     read, truth = np.concatenate(read), np.concatenate(truth)
     offset = (read - truth).mean(0)
@@ -80,9 +86,17 @@ def main() -> None:
           f"x0 {offset[0]:+.2f}, y0 {offset[1]:+.2f}, x1 {offset[2]:+.2f}, y1 {offset[3]:+.2f}\n")
     print("| widened by (share of height, each side) | mean IoU with the text layer's box |\n|---|---|")
     height = read[:, 3] - read[:, 1]
+    side = lambda share: np.stack([-share * height, 0 * height, share * height, 0 * height], 1)
     for share in args.shares:
-        wide = read + np.stack([-share * height, 0 * height, share * height, 0 * height], 1)
-        print(f"| {share:.2f}{' (default)' if share == SIDE_BEARING else ''} | {box_iou(wide, truth).mean():.4f} |")
+        print(f"| {share:.2f}{' (default)' if share == SIDE_BEARING else ''} | {box_iou(read + side(share), truth).mean():.4f} |")
+    wide = read + side(SIDE_BEARING)
+    lettered = np.array([any(c.isalpha() for c in t) for t in texts], bool)
+    print(f"\n| words holding a letter reach (rise, drop) | mean IoU, those {lettered.sum()} words | mean IoU, all |\n|---|---|---|")
+    for reach in args.reaches:
+        rise, drop = map(float, reach.split(","))
+        tall = wide + np.stack([0 * height, -rise * height, 0 * height, drop * height], 1) * lettered[:, None]
+        print(f"| {rise:.2f}, {drop:.2f} | {box_iou(tall[lettered], truth[lettered]).mean():.4f} "
+              f"| {box_iou(tall, truth).mean():.4f} |")
 
 
 if __name__ == "__main__":

@@ -507,12 +507,13 @@ def test_coco_with_a_custom_backend_rescales_its_boxes(tmp_path):
 
 def test_the_word_box_bench_pairs_each_read_word_with_its_text_layer_box():
     bench = load_script("bench_word_boxes")
-    read, truth = bench.matched_boxes(["Total:", "42", "zzz", "7"],
-                                      np.array([[10, 0, 40, 10], [50, 0, 60, 10], [0, 0, 5, 5], [0, 50, 5, 60]]),
-                                      ["total:", "42", "42", "7"],
-                                      [[9, 0, 41, 11], [100, 0, 110, 10], [49, 0, 61, 10], [30, 50, 35, 60]])
+    read, truth, texts = bench.matched_boxes(["Total:", "42", "zzz", "7"],
+                                             np.array([[10, 0, 40, 10], [50, 0, 60, 10], [0, 0, 5, 5], [0, 50, 5, 60]]),
+                                             ["total:", "42", "42", "7"],
+                                             [[9, 0, 41, 11], [100, 0, 110, 10], [49, 0, 61, 10], [30, 50, 35, 60]])
     np.testing.assert_array_equal(read, [[10, 0, 40, 10], [50, 0, 60, 10]])
     np.testing.assert_array_equal(truth, [[9, 0, 41, 11], [49, 0, 61, 10]])    # the "42" it overlaps; "7" none
+    assert texts == ["Total:", "42"]
     np.testing.assert_allclose(bench.box_iou(read, truth), [300 / 352, 100 / 120])
 
 
