@@ -50,12 +50,20 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[0-9]+", "#", text.lower())).strip()
 
 
+def exactly(text: str) -> str:
+    """Text as a word-for-word repeated line is compared: case-folded, spaces collapsed."""
+    return re.sub(r"\s+", " ", text.lower()).strip()
+
+
 @dataclass
 class DocumentContext:
     """What one page's labels need from the whole document."""
 
     body_size: float = 10.0
     repeated: set = field(default_factory=set)  # normalised band lines seen on many pages
+    # band lines seen word for word, numbers too, on many pages: a number in one ("March 2022") is the
+    # head's, not the page's, whose number changes from page to page
+    fixed: set = field(default_factory=set)
     bookmarks: dict = field(default_factory=dict)  # page index -> normalised outline titles
 
 
@@ -70,15 +78,19 @@ def band_of(line: Line, content: PdfPageContent) -> str | None:
 def document_context(pages: list[PdfPageContent], toc: dict[int, list[str]] | None = None) -> DocumentContext:
     sizes: Counter = Counter()
     seen: Counter = Counter()
+    seen_exactly: Counter = Counter()
     for content in pages:
         for w in content.words:
             sizes[round(w.size * 2) / 2] += len(w.text)
-        keys = {normalise(content.line_text(line)) for line in content.lines if band_of(line, content)}
+        band_lines = [content.line_text(line) for line in content.lines if band_of(line, content)]
+        keys = {normalise(text) for text in band_lines}
         seen.update(k for k in keys if k and not _PAGE_NUMBER.match(k.replace("#", "1")))
+        seen_exactly.update({exactly(text) for text in band_lines})
     need = max(3, int(0.3 * len(pages) + 0.5))
     repeated = {k for k, n in seen.items() if n >= need} if len(pages) >= 3 else set()
+    fixed = {k for k, n in seen_exactly.items() if n >= need} if len(pages) >= 3 else set()
     body = sizes.most_common(1)[0][0] if sizes else 10.0
-    return DocumentContext(body_size=float(body), repeated=repeated,
+    return DocumentContext(body_size=float(body), repeated=repeated, fixed=fixed,
                            bookmarks={p: {normalise(t) for t in titles} for p, titles in (toc or {}).items()})
 
 
@@ -115,8 +127,9 @@ class _Labeller:
             for line in lines:
                 edge = (_same_row(line, top) and line.box[3] <= 0.25 * self.c.height) or (
                     _same_row(line, bottom) and line.box[1] >= 0.75 * self.c.height)
-                if edge and _PAGE_NUMBER.match(self.c.line_text(line).strip()) and line.word_ids[0] in self.free \
-                        and line.word_ids[0] not in not_page_numbers:
+                text = self.c.line_text(line)
+                if edge and _PAGE_NUMBER.match(text.strip()) and line.word_ids[0] in self.free \
+                        and line.word_ids[0] not in not_page_numbers and exactly(text) not in self.ctx.fixed:
                     self.add("page_number", line.word_ids)
         for line in self.free_lines():
             band = band_of(line, self.c)
@@ -124,17 +137,18 @@ class _Labeller:
                 continue
             text = self.c.line_text(line)
             words = line.word_ids
-            if _PAGE_NUMBER.match(text.strip()):
+            if _PAGE_NUMBER.match(text.strip()) and exactly(text) not in self.ctx.fixed:
                 self.add("page_number", words)
                 continue
             if normalise(text) not in self.ctx.repeated or not self.on_edge(line, band):
                 continue
-            # "12 Chapter 2. Usage" / "Usage 13": the number is a region of its own
+            # "12 Chapter 2. Usage" / "Usage 13": the number is a region of its own, where it changes
             first, last = self.c.words[words[0]].text, self.c.words[words[-1]].text
-            if len(words) > 1 and _PAGE_NUMBER.match(first):
+            split = len(words) > 1 and exactly(text) not in self.ctx.fixed
+            if split and _PAGE_NUMBER.match(first):
                 self.add("page_number", [words[0]])
                 words = words[1:]
-            elif len(words) > 1 and _PAGE_NUMBER.match(last) and words[-1] not in not_page_numbers:
+            elif split and _PAGE_NUMBER.match(last) and words[-1] not in not_page_numbers:
                 self.add("page_number", [words[-1]])
                 words = words[:-1]
             self.add("page_header" if band == "top" else "page_footer", words)

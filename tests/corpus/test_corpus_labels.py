@@ -285,6 +285,21 @@ def test_a_section_number_in_the_running_head_is_no_page_number(tmp_path, raised
         assert "The CTIE processor" in headers and titles[k] in headers
 
 
+@pytest.mark.parametrize("number_at", [72, 530])   # an even page's head opens with its number, an odd one's ends
+@pytest.mark.parametrize("year_apart", [False, True])  # the year in the head's line, or set apart from it
+def test_a_number_the_running_head_repeats_on_every_page_is_no_page_number(tmp_path, number_at, year_apart):
+    """TUGboat's "TUGboat Authors' Guide, March 2022 ... 3": the year ends the head on every page,
+    word for word; the page's number is the one that changes."""
+    head_at = 300 if number_at == 72 else 72
+    head = [("text", "regular", 9, head_at, 750, "TUGboat Authors Guide, March"),
+            ("text", "regular", 9, head_at + 150, 750, "2022")] if year_apart else [
+            ("text", "regular", 9, head_at, 750, "TUGboat Authors Guide, March 2022")]
+    for k, labels in enumerate(_labels_under_head(tmp_path, lambda k: head + [
+            ("text", "regular", 9, number_at, 750, str(k + 3))], drop_page_number=True)):
+        assert [t for label, t in labels if label == "page_number"] == [str(k + 3)]
+        assert "2022" in " ".join(t for label, t in labels if label == "page_header")
+
+
 def test_a_nested_lists_items_are_items_of_their_own():
     """A contents page's tag tree: an entry (LI) holding its sub-entries (L > LI). An annotator marks
     each entry; the outer one keeps only its own line."""
