@@ -3,7 +3,7 @@
 Rules, each a fact a careful reader uses too, applied in this order (a word is labelled once):
   page furniture  lines in the top/bottom band repeated on many pages of the document, with no line
                   beyond them, are page headers/footers; a lone number (or "Page 3", "3 of 10",
-                  roman) there is a page number
+                  roman) there is a page number, unless the same number is there on many pages
   tables          pdfplumber's ruled tables (cells from the ruling grid); booktabs-style tables from
                   three or more horizontal rules of one width with text between them
   figures         image objects; clusters of vector paths with little text inside
