@@ -45,14 +45,14 @@ _LINE_NUMBER = re.compile(r"^[0-9]{1,4}$")
 _CODE_MARK = re.compile(r"[{}\\=;<>\[\]()#_$]")  # characters of program text, rare in prose
 
 
-def normalise(text: str) -> str:
-    """Text as repeated furniture is compared: case-folded, digits as #, spaces collapsed."""
-    return re.sub(r"\s+", " ", re.sub(r"[0-9]+", "#", text.lower())).strip()
-
-
 def exactly(text: str) -> str:
     """Text as a word-for-word repeated line is compared: case-folded, spaces collapsed."""
     return re.sub(r"\s+", " ", text.lower()).strip()
+
+
+def normalise(text: str) -> str:
+    """Text as repeated furniture is compared: as `exactly`, digits as #."""
+    return exactly(re.sub(r"[0-9]+", "#", text))
 
 
 @dataclass
