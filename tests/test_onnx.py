@@ -27,6 +27,8 @@ from dociq.inference.predictor import Predictor  # noqa: E402
 from dociq.models import grounding as tg  # noqa: E402
 
 LOGIT_TOL = 1e-3
+# One worker takes the whole module, so its export fixture runs once (pyproject: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("onnx_export")
 
 
 def _page(h: int, w: int, seed: int):
