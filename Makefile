@@ -114,20 +114,26 @@ forms-heldout: $(STAMP) corpus-tools
 	$(PY) scripts/make_form_pages.py --out $(FORMS_HELDOUT) --pages 200 --seed 0
 
 # The unit classifier the package ships (dociq/inference/assets/unit_classes.npz): boosted trees
-# naming text units' layout classes, refitted on the corpus's training pages, 2,000 synthetic pages
-# and 300 browser-printed forms for the form classes, and on SCANNED_UNITS corpus pages and
-# SCANNED_FORMS forms scanned and read by tesseract (its readings kept in OCR_CACHE, filled first
-# by one worker per core, each scan read plain and sharpened: 400 pages in ~20 min, 100 forms in ~4 min
-# on 2 cores; the fit ~10 min).
+# naming text units' layout classes, refitted on the recipe corpus's and the wide corpus's training
+# pages (more genres name classes better on unseen ones), 2,000 synthetic pages and 300
+# browser-printed forms for the form classes, and on SCANNED_UNITS recipe pages, SCANNED_WIDE wide
+# pages and SCANNED_FORMS forms scanned and read by tesseract (its readings kept in OCR_CACHE, filled
+# first by one worker per core, each scan read plain and sharpened: 400 pages in ~20 min, 100 forms
+# in ~4 min on 2 cores; the fit ~15 min).
 SCANNED_UNITS ?= 400
+SCANNED_WIDE ?= 200
 SCANNED_FORMS ?= 100
 OCR_CACHE ?= $(if $(DOCIQ_ROOT),$(DOCIQ_ROOT),.)/.cache/dociq/ocr
-unit-classifier: $(STAMP) $(CORPUS)/corpus.json $(FORMS_TRAIN)/corpus.json
+$(CORPUS_WIDE)/corpus.json:
+	$(MAKE) corpus-wide
+unit-classifier: $(STAMP) $(CORPUS)/corpus.json $(CORPUS_WIDE)/corpus.json $(FORMS_TRAIN)/corpus.json
 	$(PY) scripts/ocr_scanned_pages.py --corpus $(CORPUS) --max-pages $(SCANNED_UNITS) --seed 0 --cache $(OCR_CACHE)
+	$(PY) scripts/ocr_scanned_pages.py --corpus $(CORPUS_WIDE) --max-pages $(SCANNED_WIDE) --seed 0 --cache $(OCR_CACHE)
 	$(PY) scripts/ocr_scanned_pages.py --corpus $(FORMS_TRAIN) --split all --max-pages $(SCANNED_FORMS) --seed 0 \
 		--cache $(OCR_CACHE)
 	$(PY) scripts/fit_unit_classifier.py --corpus $(CORPUS) --synthetic 2000 --extra $(FORMS_TRAIN):all \
-		--scanned $(CORPUS):train:$(SCANNED_UNITS) --scanned $(FORMS_TRAIN):all:$(SCANNED_FORMS) \
+		--extra $(CORPUS_WIDE):train --scanned $(CORPUS):train:$(SCANNED_UNITS) \
+		--scanned $(FORMS_TRAIN):all:$(SCANNED_FORMS) --scanned $(CORPUS_WIDE):train:$(SCANNED_WIDE) \
 		--ocr-cache $(OCR_CACHE) \
 		--out dociq/inference/assets/unit_classes.npz --eval $(CORPUS):val
 
